@@ -1,0 +1,34 @@
+# Shared helpers for scripts/*; sourced, never run.
+# shellcheck shell=bash
+
+GPUNODE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+GPUNODE_CACHE=${GPUNODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpunode}
+GPUNODE_VENV=${GPUNODE_VENV:-$GPUNODE_ROOT/.venv}
+GPUNODE_IMAGE_REPO=${GPUNODE_IMAGE_REPO:-localhost/gpunode-node}
+export GPUNODE_ROOT GPUNODE_CACHE GPUNODE_VENV GPUNODE_IMAGE_REPO
+
+_t0=${_t0:-$(date +%s)}
+
+step() { printf '\n\033[1m==> %s\033[0m  (+%ss)\n' "$*" "$(( $(date +%s) - _t0 ))"; }
+info() { printf '    %s\n' "$*"; }
+die() { printf '\033[31mERROR:\033[0m %s\n' "$*" >&2; exit 2; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "run as root: podman system containers and debootstrap need it on this machine kind"
+}
+
+# apt-get install only what is missing, so a second run does no network work.
+apt_ensure() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  info "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# molecule and ansible-lint call ansible-config and friends by name.
+export PATH="$GPUNODE_VENV/bin:$PATH"
