@@ -16,7 +16,9 @@ def quickstart_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(?:sh|bash|console)?\n(.*?)```", section, re.S)
-    return [line.strip() for b in blocks for line in b.splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        line.strip() for b in blocks for line in b.splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def test_readme_quickstart_has_exactly_two_commands_that_exist():
@@ -30,7 +32,9 @@ def test_readme_quickstart_has_exactly_two_commands_that_exist():
 def test_ci_runs_the_readme_test_command():
     test_cmd = next(c for c in quickstart_commands() if "test" in c)
     ci = (ROOT / ".ci" / "run").read_text()
-    assert re.search(rf"^(exec )?{re.escape(test_cmd)}\s*$", ci, re.M), "CI must run the README's test command"
+    assert re.search(rf"^(exec )?{re.escape(test_cmd)}\s*$", ci, re.M), (
+        "CI must run the README's test command"
+    )
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
@@ -42,7 +46,9 @@ def test_role_variables_are_prefixed_and_specified(role: Path):
     options = specs.get("options", {})
     shared = {"gpunode_venv_path"}  # the one variable the roles share by design (docs/design.md)
     for name in defaults:
-        assert name.startswith(role.name + "_") or name in shared, f"{role.name}: {name} lacks the role prefix"
+        assert name.startswith(role.name + "_") or name in shared, (
+            f"{role.name}: {name} lacks the role prefix"
+        )
         assert name in options, f"{role.name}: default {name} is missing from meta/argument_specs.yml"
     for name, opt in options.items():
         assert opt.get("description"), f"{role.name}: {name} has no description"
@@ -51,7 +57,18 @@ def test_role_variables_are_prefixed_and_specified(role: Path):
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_role_tasks_use_fqcn_and_named_tasks(role: Path):
-    builtin_short = {"command", "shell", "copy", "template", "file", "apt", "dnf", "service", "systemd", "assert"}
+    builtin_short = {
+        "command",
+        "shell",
+        "copy",
+        "template",
+        "file",
+        "apt",
+        "dnf",
+        "service",
+        "systemd",
+        "assert",
+    }
     for f in (role / "tasks").glob("*.yml"):
         for task in yaml.safe_load(f.read_text()) or []:
             assert task.get("name"), f"{f}: a task has no name"

@@ -1,0 +1,100 @@
+"""The fleet report: judging node reports, worst-first ordering, missing nodes, the written pages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hostcheck import fleet
+
+
+def report(host: str, score: int, ready: bool, checks: list[dict]) -> dict:
+    return {
+        "schema_version": 1,
+        "host": {"hostname": host, "gpus": [{"index": i} for i in range(8)]},
+        "versions": {"driver": "580.159.04", "torch": "2.11.0", "torch_cuda": "13.0"},
+        "checks": checks,
+        "score": {"value": score, "ready": ready},
+    }
+
+
+FAIL_ECC = {
+    "id": "gpu.E004",
+    "status": "fail",
+    "weight": 5,
+    "message": "GPU 3: 2 uncorrectable ECC errors",
+    "hint": "drain the node and replace GPU 3",
+}
+WARN_TEMP = {
+    "id": "gpu.W010",
+    "status": "warn",
+    "weight": 1,
+    "message": "GPU 1 at 82 C",
+    "hint": "check airflow",
+}
+PASS = {"id": "system.I001", "status": "pass", "weight": 1, "message": "ok"}
+
+
+def write(tmp: Path, reports: dict[str, dict | str]) -> Path:
+    d = tmp / "nodes"
+    d.mkdir()
+    for host, data in reports.items():
+        (d / f"{host}.json").write_text(data if isinstance(data, str) else json.dumps(data))
+    return d
+
+
+def test_summarise_orders_failures_before_warnings():
+    n = fleet.summarise("x", report("gpu001", 62, False, [WARN_TEMP, PASS, FAIL_ECC]))
+    assert n.host == "gpu001" and n.score == 62 and not n.ready and n.gpus == 8
+    assert [f["id"] for f in n.findings] == ["gpu.E004", "gpu.W010"]
+
+
+def test_min_score_overrides_a_ready_verdict():
+    assert fleet.summarise("x", report("a", 85, True, [PASS])).ready
+    assert not fleet.summarise("x", report("a", 85, True, [PASS]), min_score=90).ready
+
+
+def test_worst_first_missing_and_unreadable_nodes_count_as_not_ready(tmp_path):
+    d = write(
+        tmp_path,
+        {
+            "gpu001": report("gpu001", 100, True, [PASS]),
+            "gpu002": report("gpu002", 40, False, [FAIL_ECC]),
+            "gpu003": "{not json",
+        },
+    )
+    nodes = fleet.load(d, expect=["gpu001", "gpu004"], min_score=None)
+    assert [n.host for n in nodes] == ["gpu003", "gpu004", "gpu002", "gpu001"]
+    assert nodes[0].problem.startswith("unreadable report")
+    assert nodes[1].problem.startswith("no report")
+
+
+def test_main_writes_both_pages_and_exits_by_readiness(tmp_path, capsys):
+    d = write(
+        tmp_path,
+        {"gpu001": report("gpu001", 100, True, [PASS]), "gpu002": report("gpu002", 40, False, [FAIL_ECC])},
+    )
+    out = tmp_path / "out"
+    assert fleet.main([str(d), "--out", str(out)]) == 1
+    md = (out / "fleet.md").read_text()
+    page = (out / "fleet.html").read_text()
+    assert "1 ready, 1 not ready" in md
+    assert md.index("gpu002") < md.index("gpu001")  # worst first
+    assert "replace GPU 3" in page and "<script" not in page
+    assert "not ready: gpu002" in capsys.readouterr().out
+    assert fleet.main([str(d), "--out", str(out), "--expect"]) == 1
+
+
+def test_all_ready_exits_zero_and_html_is_escaped(tmp_path):
+    evil = dict(WARN_TEMP, message="<img src=x onerror=alert(1)>")
+    d = write(tmp_path, {"gpu001": report("gpu001", 97, True, [PASS, evil])})
+    assert fleet.main([str(d)]) == 0
+    page = (d / "fleet.html").read_text()
+    assert "<img" not in page and "&lt;img" in page
+
+
+def test_bad_usage_exits_two(tmp_path):
+    assert fleet.main([str(tmp_path / "missing")]) == 2
+    assert fleet.main([str(tmp_path), "--min-score", "140"]) == 2
+    assert fleet.main([str(tmp_path)]) == 2  # no reports at all
+    assert fleet.main(["--bogus"]) == 2
