@@ -1,0 +1,9 @@
+"""Built-in checks. Importing this package registers them (hostcheck.registry.REGISTRY).
+
+Adding a category or check: write a pure ``fn(snapshot) -> Outcome`` in a module here, decorate it
+with ``@check("<category>.E<nnn>", "Title", weight=..., needs=(...))`` and import the module below.
+"""
+
+from hostcheck.checks import gpu, system, torch, tuning, workload
+
+__all__ = ["gpu", "system", "torch", "tuning", "workload"]

@@ -1,0 +1,458 @@
+"""GPU checks: driver and NVML, count, ECC, row remapping, retired pages, PCIe, clocks, temperature,
+persistence, XID errors, foreign processes. Pure functions of the Snapshot."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from hostcheck import fixes
+from hostcheck.gather.base import GPU_LOST, NO_PERMISSION, NOT_INSTALLED, NOT_SUPPORTED, Unavailable
+from hostcheck.gather.nvml import (
+    CLOCK_HW_POWER_BRAKE,
+    CLOCK_HW_SLOWDOWN,
+    CLOCK_HW_THERMAL,
+    CLOCK_REASON_NAMES,
+    CLOCK_SW_POWER_CAP,
+    CLOCK_SW_THERMAL,
+    GpuInfo,
+)
+from hostcheck.registry import Outcome, Status, check, errored, failed, passed, skipped, warned
+
+TEMP_WARN_C = 80
+TEMP_FAIL_C = 84  # Meta GCM's critical temperature (FIELD.md)
+RETIRED_PAGES_FAIL = 60  # NVIDIA's RMA guidance: 60+ retired pages
+#: XIDs that mean hardware or driver trouble (others, e.g. 13/31/43, are usually the application's).
+XID_CRITICAL = {
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement / row remap recording",
+    64: "ECC page retirement / row remap failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    140: "unrecovered ECC error",
+}
+
+
+def _no_gpus(s: Any) -> Outcome | None:
+    """A skip outcome when there is nothing to look at per GPU (gpu.E001/E002 report why)."""
+    n = s.nvml
+    if n is None:
+        return skipped("NVML not gathered")
+    if not n.ok:
+        return skipped(f"NVML unavailable: {n.error.reason} (see gpu.E001)")
+    if not n.gpus:
+        return skipped("no GPU found (see gpu.E002)")
+    return None
+
+
+def _per_gpu(
+    s: Any,
+    judge: Callable[[GpuInfo], tuple[Status, str] | None],
+    ok_message: str,
+    hint: Callable[[list[GpuInfo]], str] | None = None,
+    **kw: Any,
+) -> Outcome:
+    """Judge each GPU; the worst status wins; unsupported fields everywhere -> skip."""
+    early = _no_gpus(s)
+    if early:
+        return early
+    verdicts: list[tuple[GpuInfo, Status, str]] = []
+    for g in s.nvml.gpus:
+        if g.handle_error is not None:
+            v: tuple[Status, str] | None = (Status.FAIL, f"GPU {g.index}: {g.handle_error.reason}")
+        else:
+            v = judge(g)
+        if v is not None:
+            verdicts.append((g, v[0], v[1]))
+    details = tuple(text for _g, _st, text in verdicts)
+    judged = [(g, st, text) for g, st, text in verdicts if st != Status.SKIP]
+    if not judged:
+        first = details[0].split(": ", 1)[-1] if details else "not supported"
+        return skipped(f"{first} on {'these GPUs' if len(details) > 1 else 'this GPU'}", details=details)
+    bad = [(g, st, text) for g, st, text in judged if st != Status.PASS]
+    if not bad:
+        return passed(ok_message, details=details, **kw)
+    worst = max((st for _g, st, _t in bad), key=lambda st: (st.severity, st == Status.FAIL))
+    msg = "; ".join(text for _g, _st, text in bad)
+    return Outcome(worst, msg, hint=hint([g for g, _s, _t in bad]) if hint else None, details=details, **kw)
+
+
+def _missing(g: GpuInfo, v: Any, what: str) -> tuple[Status, str] | None:
+    if isinstance(v, Unavailable):
+        if v.kind == NOT_SUPPORTED:
+            return Status.SKIP, f"GPU {g.index}: {what} not supported"
+        if v.kind == NO_PERMISSION:
+            return Status.SKIP, f"GPU {g.index}: {what} not readable without root (run hostcheck as root)"
+        if v.kind == GPU_LOST:
+            return Status.FAIL, f"GPU {g.index}: {v.reason}"
+        return Status.ERROR, f"GPU {g.index}: {what}: {v.reason}"
+    return None
+
+
+def _idx(gs: list[GpuInfo]) -> str:
+    return ",".join(str(g.index) for g in gs) or "N"
+
+
+@check("gpu.E001", "NVIDIA driver and NVML", weight=10, needs=("nvml", "system", "facts"))
+def driver_and_nvml(s: Any) -> Outcome:
+    n = s.nvml
+    kmod = s.system.driver_version if s.system else None
+    if n.ok:
+        msg = f"driver {n.driver_version}, CUDA driver API {_cuda_str(n.cuda_driver_version)}"
+        if n.source != "nvml":
+            msg += f" (read through {n.source}: nvidia-ml-py is not installed)"
+        if isinstance(kmod, str) and isinstance(n.driver_version, str) and kmod != n.driver_version:
+            return failed(
+                f"kernel module {kmod} but NVML library {n.driver_version}",
+                value=n.driver_version,
+                expected=kmod,
+                hint=fixes.DRIVER_MISMATCH,
+            )
+        want = s.facts.get("gpunode_driver", "version") if s.facts is not None else None
+        if want and isinstance(n.driver_version, str) and str(want) != n.driver_version:
+            same_branch = str(want).split(".")[0] == n.driver_version.split(".")[0]
+            out = warned if same_branch else failed
+            return out(
+                f"{msg}, but gpunode_driver installed {want}: the driver changed since provisioning",
+                value=n.driver_version,
+                expected=str(want),
+                hint="an upgrade outside the roles changed the driver: "
+                + fixes.role_fix("gpunode_driver_hold: true", fixes.DRIVER, "driver"),
+            )
+        return passed(msg, value=n.driver_version, expected=str(want) if want else None)
+    err = n.error
+    if "nvidia-ml-py" in err.reason:
+        if isinstance(kmod, str):
+            return errored(
+                f"NVIDIA driver {kmod} is loaded but {err.reason}: GPU health cannot be read",
+                value=kmod,
+                hint=fixes.NVML_PY,
+            )
+        return failed(
+            f"no NVIDIA driver loaded ({kmod.reason if kmod else 'unknown'}) and {err.reason}",
+            hint=fixes.DRIVER_INSTALL,
+        )
+    if "mismatch" in err.reason:
+        return failed(f"NVML: {err.reason}", hint=fixes.DRIVER_MISMATCH)
+    if err.kind == NOT_INSTALLED:
+        return failed(f"no NVIDIA driver: {err.reason}", hint=fixes.DRIVER_INSTALL)
+    return errored(f"NVML could not start: {err.reason}", hint="run as root; check dmesg for NVRM errors")
+
+
+def _cuda_str(v: Any) -> str:
+    if isinstance(v, int) and v > 0:
+        return f"{v // 1000}.{(v % 1000) // 10}"
+    return "unknown"
+
+
+@check("gpu.E002", "GPU count", weight=10, needs=("nvml", "facts"))
+def gpu_count(s: Any) -> Outcome:
+    expected = s.options.expect_gpus
+    source = "--expect-gpus"
+    if expected is None and s.facts.has("gpunode_driver", "expected_gpu_count"):
+        expected = int(s.facts.get("gpunode_driver", "expected_gpu_count"))
+        source = "gpunode_driver.fact expected_gpu_count"
+    n = s.nvml
+    count = n.device_count if n.ok and isinstance(n.device_count, int) else 0
+    lost = [g for g in n.gpus if g.handle_error is not None or g.lost is not None] if n.ok else []
+    healthy = count - len(lost)
+    why = "" if n.ok else f" (NVML: {n.error.reason})"
+    if expected is None:
+        if healthy == 0:
+            return failed(
+                f"no GPU found{why}; this is a GPU node checker",
+                value=0,
+                unit="GPUs",
+                expected=">= 1",
+                hint=("fix gpu.E001 first; then " if not n.ok else fixes.DRIVER_INSTALL + "; ")
+                + fixes.EXPECTED_GPUS,
+            )
+        return passed(
+            f"{healthy} GPU(s) found; expected count unknown",
+            value=healthy,
+            unit="GPUs",
+            hint=fixes.EXPECTED_GPUS,
+        )
+    if healthy < expected:
+        lost_txt = f"; lost: {', '.join(str(g.index) for g in lost)}" if lost else ""
+        return failed(
+            f"{healthy} of {expected} GPUs visible ({source}){why}{lost_txt}",
+            value=healthy,
+            unit="GPUs",
+            expected=expected,
+            hint="a GPU is missing or fell off the bus: check dmesg for Xid 79 and lspci -d 10de:, reseat or "
+            "RMA it; if the driver is missing: " + fixes.DRIVER_INSTALL,
+        )
+    if healthy > expected:
+        return warned(
+            f"{healthy} GPUs visible but {expected} expected ({source})",
+            value=healthy,
+            unit="GPUs",
+            expected=expected,
+            hint=fixes.EXPECTED_GPUS,
+        )
+    return passed(f"{healthy} GPU(s), as expected", value=healthy, unit="GPUs", expected=expected)
+
+
+@check("gpu.E003", "ECC mode", weight=3, needs=("nvml",))
+def ecc_mode(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.ecc_current, "ECC mode")
+        if m:
+            return m
+        if not g.ecc_current:
+            return Status.WARN, f"GPU {g.index}: ECC disabled"
+        if g.ecc_pending is False:
+            return Status.WARN, f"GPU {g.index}: ECC will be disabled at next reboot"
+        return Status.PASS, f"GPU {g.index}: ECC on"
+
+    return _per_gpu(
+        s,
+        judge,
+        "ECC enabled on all GPUs",
+        hint=lambda gs: f"nvidia-smi -i {_idx(gs)} -e 1, then reboot",
+        expected="enabled",
+    )
+
+
+@check("gpu.E004", "Uncorrectable ECC errors", weight=10, needs=("nvml",))
+def ecc_errors(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.ecc_uncorrected_volatile, "ECC error counters")
+        if m:
+            return m
+        vol = g.ecc_uncorrected_volatile
+        agg = g.ecc_uncorrected_aggregate if isinstance(g.ecc_uncorrected_aggregate, int) else 0
+        if vol > 0:
+            return Status.FAIL, f"GPU {g.index}: {vol} uncorrectable ECC errors since the last reset"
+        if agg > 0:
+            return Status.WARN, f"GPU {g.index}: {agg} uncorrectable ECC errors in its lifetime (none now)"
+        return Status.PASS, f"GPU {g.index}: 0"
+
+    return _per_gpu(
+        s,
+        judge,
+        "no uncorrectable ECC errors",
+        hint=lambda gs: fixes.GPU_DRAIN.format(idx=_idx(gs)),
+        expected=0,
+    )
+
+
+@check("gpu.E005", "Row remapping (pending / failed)", weight=10, needs=("nvml",))
+def row_remap(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.remapped_rows, "row remapping")
+        if m:
+            return m
+        _corr, unc, pending, failure = g.remapped_rows
+        if failure:
+            return Status.FAIL, f"GPU {g.index}: row remapping FAILED (no spare rows left)"
+        if pending:
+            return (
+                Status.FAIL,
+                f"GPU {g.index}: row remap pending ({unc} uncorrectable rows); needs a GPU reset",
+            )
+        return Status.PASS, f"GPU {g.index}: none pending"
+
+    return _per_gpu(
+        s,
+        judge,
+        "no row remap pending or failed",
+        hint=lambda gs: (
+            f"drain the node and reset the GPU (nvidia-smi -r -i {_idx(gs)}) or reboot to apply the remap; "
+            "a failed remap means RMA"
+        ),
+        expected="pending 0, failed 0",
+    )
+
+
+@check("gpu.E006", "Retired pages", weight=5, needs=("nvml",))
+def retired_pages(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.retired_pages_dbe, "page retirement (GPUs since Ampere use row remapping)")
+        if m:
+            return m
+        total = g.retired_pages_dbe + (g.retired_pages_sbe if isinstance(g.retired_pages_sbe, int) else 0)
+        if g.retired_pages_pending is True:
+            return Status.FAIL, f"GPU {g.index}: page retirement pending; needs a reboot"
+        if total >= RETIRED_PAGES_FAIL:
+            return Status.FAIL, f"GPU {g.index}: {total} retired pages (RMA threshold {RETIRED_PAGES_FAIL})"
+        if total > 0:
+            return Status.WARN, f"GPU {g.index}: {total} retired pages"
+        return Status.PASS, f"GPU {g.index}: 0"
+
+    return _per_gpu(
+        s,
+        judge,
+        "no retired pages",
+        hint=lambda gs: "reboot to apply pending retirements; " + fixes.GPU_DRAIN.format(idx=_idx(gs)),
+        expected=f"pending none, total < {RETIRED_PAGES_FAIL}",
+    )
+
+
+@check("gpu.E007", "PCIe link generation and width", weight=5, needs=("nvml",))
+def pcie_link(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        for v, what in ((g.pcie_width_current, "PCIe width"), (g.pcie_gen_current, "PCIe generation")):
+            m = _missing(g, v, what)
+            if m:
+                return m
+        gen, width = g.pcie_gen_current, g.pcie_width_current
+        gmax = g.pcie_gen_max if isinstance(g.pcie_gen_max, int) else gen
+        wmax = g.pcie_width_max if isinstance(g.pcie_width_max, int) else width
+        if width < wmax:
+            return Status.FAIL, f"GPU {g.index}: PCIe x{width}, capable of x{wmax} (link degraded)"
+        if gen < gmax:
+            return (
+                Status.WARN,
+                f"GPU {g.index}: PCIe gen{gen} of gen{gmax} (idle power saving, or a degraded link)",
+            )
+        return Status.PASS, f"GPU {g.index}: gen{gen} x{width}"
+
+    return _per_gpu(
+        s,
+        judge,
+        "all links at their maximum generation and width",
+        hint=lambda gs: (
+            f"re-check under load (nvidia-smi -q -d PCIE -i {_idx(gs)}); a narrow link means a badly seated GPU, "
+            "riser or cable: reseat it; check BIOS PCIe settings"
+        ),
+        expected="gen = max, width = max",
+    )
+
+
+@check("gpu.E008", "Clock event reasons (throttling)", weight=5, needs=("nvml",))
+def clock_reasons(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.clock_event_reasons, "clock event reasons")
+        if m:
+            return m
+        r = int(g.clock_event_reasons)
+        names = [name for bit, name in CLOCK_REASON_NAMES.items() if r & bit]
+        if r & (CLOCK_HW_SLOWDOWN | CLOCK_HW_THERMAL | CLOCK_HW_POWER_BRAKE):
+            return Status.FAIL, f"GPU {g.index}: hardware slowdown active ({', '.join(names)})"
+        if r & CLOCK_SW_THERMAL:
+            return Status.WARN, f"GPU {g.index}: software thermal slowdown"
+        if r & CLOCK_SW_POWER_CAP:
+            return Status.PASS, f"GPU {g.index}: at its power cap (normal under load)"
+        return Status.PASS, f"GPU {g.index}: none"
+
+    return _per_gpu(
+        s,
+        judge,
+        "no thermal, power-brake or hardware slowdown",
+        hint=lambda gs: (
+            "check cooling and airflow, the PSU and the power-brake signal of the chassis (BMC logs); "
+            f"nvidia-smi -q -d PERFORMANCE -i {_idx(gs)}"
+        ),
+        expected="no hw_slowdown / hw_thermal / hw_power_brake / sw_thermal",
+    )
+
+
+@check("gpu.E009", "GPU temperature", weight=3, needs=("nvml",))
+def temperature(s: Any) -> Outcome:
+    temps = [
+        g.temperature_c
+        for g in (s.nvml.gpus if s.nvml and s.nvml.ok else ())
+        if isinstance(g.temperature_c, int)
+    ]
+
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.temperature_c, "temperature")
+        if m:
+            return m
+        t = g.temperature_c
+        if t >= TEMP_FAIL_C:
+            return Status.FAIL, f"GPU {g.index}: {t} C (>= {TEMP_FAIL_C} C)"
+        if t >= TEMP_WARN_C:
+            return Status.WARN, f"GPU {g.index}: {t} C (>= {TEMP_WARN_C} C)"
+        return Status.PASS, f"GPU {g.index}: {t} C"
+
+    return _per_gpu(
+        s,
+        judge,
+        f"all GPUs below {TEMP_WARN_C} C",
+        hint=lambda gs: (
+            "check fans, airflow and inlet temperature (BMC); an idle GPU this hot has a cooling fault"
+        ),
+        value=max(temps) if temps else None,
+        unit="C",
+        expected=f"< {TEMP_WARN_C} (fail at {TEMP_FAIL_C})",
+    )
+
+
+@check("gpu.E010", "Persistence mode", weight=2, needs=("nvml",))
+def persistence(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.persistence_mode, "persistence mode")
+        if m:
+            return m
+        if not g.persistence_mode:
+            return Status.WARN, f"GPU {g.index}: persistence mode off (slow first CUDA init, state lost)"
+        return Status.PASS, f"GPU {g.index}: on"
+
+    return _per_gpu(s, judge, "persistence mode on", hint=lambda gs: fixes.PERSISTENCE, expected="on")
+
+
+@check("gpu.E011", "XID errors in the kernel log (last 2 h)", weight=8, needs=("nvml", "system"))
+def xid_errors(s: Any) -> Outcome:
+    sysm = s.system
+    events = sysm.xid_events
+    if isinstance(events, Unavailable):
+        return skipped(events.reason, hint="run hostcheck as root (or add the user to the adm group)")
+    if not events:
+        early = _no_gpus(s)
+        if early and s.nvml is not None and not s.nvml.ok:
+            return early
+        return passed(f"no XID events ({sysm.xid_source})", value=0, unit="events", expected=0)
+    pci_to_idx = {}
+    for g in s.nvml.gpus if s.nvml and s.nvml.ok else ():
+        if isinstance(g.pci_bus_id, str):
+            pci_to_idx[g.pci_bus_id.rsplit(".", 1)[0]] = g.index
+    crit = [e for e in events if e.xid in XID_CRITICAL]
+    details = tuple(
+        f"GPU {pci_to_idx.get(e.pci, e.pci)}: Xid {e.xid} {XID_CRITICAL.get(e.xid, '')} {e.text}".strip()
+        for e in events
+    )
+    xids = sorted({e.xid for e in events})
+    kw: dict[str, Any] = {"value": len(events), "unit": "events", "expected": 0, "details": details}
+    if crit:
+        return failed(
+            f"{len(crit)} hardware/driver XID event(s): Xid {', '.join(str(x) for x in xids)}",
+            hint="drain the node; look the XIDs up in NVIDIA's XID catalogue; reset or reboot, then run "
+            "dcgmi diag -r 3; RMA on repeat",
+            **kw,
+        )
+    return warned(
+        f"{len(events)} XID event(s) (Xid {', '.join(str(x) for x in xids)}), usually application faults",
+        hint="check which job crashed around those times; not a hardware fault unless it repeats",
+        **kw,
+    )
+
+
+@check("gpu.E012", "Foreign processes on the GPUs", weight=3, needs=("nvml",))
+def foreign_processes(s: Any) -> Outcome:
+    def judge(g: GpuInfo) -> tuple[Status, str] | None:
+        m = _missing(g, g.processes, "process list")
+        if m:
+            return m
+        if g.processes:
+            txt = ", ".join(f"{p.name}[{p.pid}]" for p in g.processes)
+            return Status.WARN, f"GPU {g.index}: held by {txt}"
+        return Status.PASS, f"GPU {g.index}: idle"
+
+    return _per_gpu(
+        s,
+        judge,
+        "no process holds a GPU",
+        hint=lambda gs: (
+            "stop the listed processes (kill PID, or stop the service that owns it) before training"
+        ),
+        expected="none",
+    )

@@ -1,0 +1,90 @@
+"""System checks: OS, kernel headers for DKMS, the training Python's version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hostcheck import fixes
+from hostcheck.registry import Outcome, check, failed, passed, skipped, warned
+
+#: os-release ID -> supported major versions (kept in step with roles/gpunode_base/vars/main.yml).
+SUPPORTED_OS = {
+    "debian": ("11", "12", "13"),
+    "ubuntu": ("22", "24"),
+    "rocky": ("8", "9"),
+    "almalinux": ("8", "9"),
+    "centos": ("8", "9"),
+    "rhel": ("8", "9"),
+}
+
+
+@check("system.E001", "Operating system supported by the roles", weight=1, needs=("system",))
+def os_supported(s: Any) -> Outcome:
+    sysm = s.system
+    name = sysm.os_pretty or f"{sysm.os_id} {sysm.os_version}"
+    versions = SUPPORTED_OS.get(sysm.os_id)
+    major = sysm.os_version.split(".", 1)[0]
+    value = f"{name}, kernel {sysm.kernel}, {sysm.arch}"
+    expected = "; ".join(f"{k} {'/'.join(v)}" for k, v in SUPPORTED_OS.items())
+    if versions and major in versions:
+        return passed(value, value=value, expected=expected)
+    return warned(
+        f"{name} is not a distribution the gpunode roles support",
+        value=value,
+        expected=expected,
+        hint="use a supported distribution (docs/design.md); other ones may work but are untested",
+    )
+
+
+@check("system.E002", "Kernel headers for the running kernel (DKMS)", weight=2, needs=("system",))
+def kernel_headers(s: Any) -> Outcome:
+    sysm = s.system
+    if sysm.container:
+        return skipped(f"in a {sysm.container} container: the host's kernel builds the driver")
+    if sysm.kernel_build_dir:
+        return passed(f"/lib/modules/{sysm.kernel}/build present", value=sysm.kernel)
+    return warned(
+        f"no /lib/modules/{sysm.kernel}/build: DKMS cannot rebuild the NVIDIA module after a kernel update",
+        value=sysm.kernel,
+        expected="headers installed",
+        hint=f"install linux-headers-{sysm.kernel} (Debian/Ubuntu) or kernel-devel-{sysm.kernel} (EL), or "
+        + fixes.rerun(fixes.DRIVER, "driver"),
+    )
+
+
+@check("system.E003", "Training Python version", weight=1, needs=("system", "torch"))
+def python_version(s: Any) -> Outcome:
+    t = s.torch
+    if t is None or t.error is not None or "python" not in t.data:
+        return skipped("training Python not probed (see torch.E001)")
+    v = t.data["python"]
+    parts = tuple(int(x) for x in v.split(".")[:2] if x.isdigit())
+    if parts < (3, 9):
+        return failed(
+            f"Python {v} at {t.python} is too old for current torch",
+            value=v,
+            expected=">= 3.9",
+            hint=fixes.rerun(fixes.PYTORCH, "pytorch") + " to rebuild the venv with a newer Python",
+        )
+    return passed(f"Python {v} at {t.python}", value=v, expected=">= 3.9")
+
+
+@check("system.E004", "gpunode local facts", weight=1, needs=("facts",))
+def local_facts(s: Any) -> Outcome:
+    f = s.facts
+    found = sorted(f.roles)
+    if f.errors:
+        bad = "; ".join(u.reason for u in f.errors.values())
+        return warned(
+            f"unreadable local facts: {bad}",
+            value=", ".join(found) or None,
+            hint="re-run " + fixes.PLAYBOOK + " to rewrite them (executable .fact scripts are not read)",
+        )
+    if not found:
+        return warned(
+            f"no gpunode_*.fact in {f.directory}: not provisioned by the gpunode roles (or another --facts-dir); "
+            "intent-vs-reality comparisons are skipped",
+            value=None,
+            hint=f"provision the node with {fixes.PLAYBOOK}, or pass --facts-dir DIR",
+        )
+    return passed(f"{', '.join(found)} in {f.directory}", value=", ".join(found))

@@ -1,0 +1,454 @@
+"""Host tuning checks, one per tuning gpunode_tuning makes; where the role left a local fact, its intent is
+compared with reality (a mismatch is a fail: something undid the tuning)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hostcheck import fixes
+from hostcheck.gather.base import Unavailable
+from hostcheck.registry import Outcome, check, failed, passed, skipped, warned
+
+GiB = 1 << 30
+SHM_MIN_BYTES = 1 * GiB  # below this DataLoader workers die with "bus error" (containers default to 64 MB)
+SHM_DEFAULT_TARGET = 64 * GiB
+NOFILE_MIN = 65536
+TF = "gpunode_tuning"
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KiB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _size_arg(n: int) -> str:
+    return f"{max(1, round(n / GiB))}G"
+
+
+def _probe(s: Any) -> Outcome | None:
+    t = s.torch
+    if t is None:
+        return skipped("training Python not probed")
+    if t.error is not None:
+        return skipped(f"training Python not probed: {t.error.reason} (see torch.E001)")
+    return None
+
+
+def _as_int(v: Any) -> int | None:
+    """Fact values may arrive as strings ("14") from templating."""
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_bool(v: Any) -> bool | None:
+    if v is None or v == "":
+        return None
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "yes", "1", "on")
+    return bool(v)
+
+
+def _fact_limits(s: Any) -> dict[str, Any]:
+    v = s.facts.get(TF, "limits")
+    return v if isinstance(v, dict) else {}
+
+
+def _n_gpus(s: Any) -> int:
+    if s.nvml is not None and s.nvml.ok and s.nvml.gpus:
+        return len(s.nvml.gpus)
+    if s.options.expect_gpus:
+        return s.options.expect_gpus
+    return int(s.facts.get("gpunode_driver", "expected_gpu_count") or 1) or 1
+
+
+@check("tuning.E001", "/dev/shm size", weight=5, needs=("tuning", "system", "facts"))
+def shm(s: Any) -> Outcome:
+    size = s.tuning.shm_bytes
+    if isinstance(size, Unavailable):
+        return failed(f"/dev/shm: {size.reason}", hint=fixes.SHM.format(size="64G"))
+    intent = s.facts.get(TF, "shm_size_bytes")
+    mem = s.system.mem_total_bytes if s.system else 0
+    kw: dict[str, Any] = {"value": size, "unit": "bytes"}
+    container = s.system.container if s.system else None
+    if _as_int(intent):
+        target = int(intent)
+        hint = fixes.SHM.format(size=_size_arg(target))
+        if container:
+            hint += f"; in a container: --shm-size={_size_arg(target).lower()} or --ipc=host"
+        if size < 0.95 * target:
+            return failed(
+                f"/dev/shm is {_human(size)}, gpunode_tuning set {_human(target)}",
+                expected=target,
+                hint=hint,
+                **kw,
+            )
+        return passed(f"/dev/shm {_human(size)} (target {_human(target)})", expected=target, **kw)
+    target = min(SHM_DEFAULT_TARGET, mem // 2) if mem else SHM_DEFAULT_TARGET
+    hint = fixes.SHM.format(size=_size_arg(target))
+    if container:
+        hint += f"; in a container: --shm-size={_size_arg(target).lower()} or --ipc=host"
+    if size < SHM_MIN_BYTES:
+        return failed(
+            f"/dev/shm is only {_human(size)}: DataLoader workers will die with 'bus error'",
+            expected=target,
+            hint=hint,
+            **kw,
+        )
+    if size < 0.95 * target:
+        return warned(f"/dev/shm {_human(size)} < {_human(target)}", expected=target, hint=hint, **kw)
+    return passed(f"/dev/shm {_human(size)}", expected=target, **kw)
+
+
+def loaded_allocator(s: Any) -> tuple[str | None, str]:
+    maps = s.torch.maps
+    sym = s.torch.data.get("symbols") or {}
+    for name in ("tcmalloc", "jemalloc"):
+        if maps.get(name):
+            return name, maps[name][0]
+    if sym.get("mallctl"):
+        return "jemalloc", "linked in"
+    if sym.get("tc_malloc"):
+        return "tcmalloc", "linked in"
+    return None, ""
+
+
+@check(
+    "tuning.E002",
+    "Allocator loaded by the training environment",
+    weight=3,
+    needs=("torch", "tuning", "facts"),
+)
+def allocator(s: Any) -> Outcome:
+    early = _probe(s)
+    if early:
+        return early
+    intent = s.facts.get(TF, "allocator")
+    loaded, path = loaded_allocator(s)
+    env = s.torch.env
+    preload = env.get("LD_PRELOAD", "")
+    conf = env.get("MALLOC_CONF", "")
+    installed = {k: v for k, v in (s.tuning.allocator_libs or {}).items() if v}
+    value = loaded or "glibc"
+    kw: dict[str, Any] = {"value": value, "expected": intent or "tcmalloc"}
+    if intent == "none":
+        if loaded:
+            return warned(
+                f"{loaded} is loaded ({path}) though gpunode_tuning chose none",
+                hint=f"remove LD_PRELOAD from {s.env_file}; " + fixes.rerun(fixes.TUNING, "allocator"),
+                **kw,
+            )
+        return passed("glibc malloc, as gpunode_tuning chose", **kw)
+    if loaded:
+        if intent and loaded != intent:
+            return failed(
+                f"{loaded} loaded but gpunode_tuning set {intent}",
+                hint=fixes.rerun(fixes.TUNING, "allocator"),
+                **kw,
+            )
+        want_conf = s.facts.get(TF, "malloc_conf")
+        if want_conf and conf != want_conf:
+            return failed(
+                f"MALLOC_CONF={conf!r} but gpunode_tuning set {want_conf!r}",
+                hint=fixes.rerun(fixes.TUNING, "allocator"),
+                **kw,
+            )
+        if loaded == "jemalloc" and not conf:
+            return warned(
+                "jemalloc with default settings: measured 0.66-0.79x (slower) on training and input pipelines",
+                hint=fixes.MALLOC_CONF + " or switch: " + fixes.ALLOCATOR,
+                **kw,
+            )
+        return passed(f"{loaded} loaded ({path})" + (f", MALLOC_CONF={conf}" if conf else ""), **kw)
+    want = intent or "tcmalloc"
+    if preload:
+        why = f"LD_PRELOAD={preload} did not load it (wrong path?)"
+    elif installed.get(want):
+        why = f"{want} is installed ({installed[want][0]}) but not preloaded by {s.env_file}"
+    else:
+        why = f"{want} is not installed"
+    msg = f"no {want} in the training environment: {why}"
+    if intent:
+        return failed(msg, hint=fixes.rerun(fixes.TUNING, "allocator"), **kw)
+    return warned(msg + " (tcmalloc measured 1.06x on a training step)", hint=fixes.ALLOCATOR, **kw)
+
+
+@check("tuning.E003", "pillow-simd in the training Python", weight=2, needs=("torch", "facts"))
+def pillow_simd(s: Any) -> Outcome:
+    early = _probe(s)
+    if early:
+        return early
+    p = s.torch.pillow
+    intent = _as_bool(s.facts.get(TF, "pillow_simd"))
+    simd, pil = p.get("pillow-simd"), p.get("PIL")
+    value = (
+        f"PIL {pil or 'none'}"
+        + (f", pillow-simd {simd}" if simd else "")
+        + (f", Pillow {p.get('Pillow')}" if p.get("Pillow") else "")
+    )
+    kw: dict[str, Any] = {"value": value, "expected": "PIL from pillow-simd"}
+    if simd and pil == simd:
+        return passed(f"pillow-simd {simd} is the imported PIL", **kw)
+    if simd and pil != simd:
+        return failed(
+            f"pillow-simd {simd} is installed but PIL is {pil or 'missing'}: stock Pillow overwrote it",
+            hint=fixes.PILLOW_SIMD_REINSTALL.format(python=s.torch.python),
+            **kw,
+        )
+    if not pil and not simd and not p.get("Pillow"):
+        msg = "no PIL in the training Python (neither Pillow nor pillow-simd installed)"
+        if intent:
+            return failed("gpunode_tuning installed pillow-simd but " + msg, hint=fixes.PILLOW_SIMD, **kw)
+        return warned(msg, hint=fixes.PILLOW_SIMD, **kw)
+    if intent is False:
+        return passed(f"{value}; gpunode_tuning left pillow-simd off", **kw)
+    msg = f"stock Pillow {pil} (no pillow-simd): resize is 5-6x slower (input pipeline measured 1.27-1.36x)"
+    if intent:
+        return failed("gpunode_tuning installed pillow-simd but " + msg, hint=fixes.PILLOW_SIMD, **kw)
+    return warned(msg, hint=fixes.PILLOW_SIMD, **kw)
+
+
+@check(
+    "tuning.E004", "numactl and GPU-to-NUMA affinity", weight=2, needs=("tuning", "system", "nvml", "facts")
+)
+def numa(s: Any) -> Outcome:
+    nodes = len(s.system.numa_nodes) or 1
+    gpus = s.nvml.gpus if s.nvml is not None and s.nvml.ok else ()
+    mapping = {g.pci_bus_id: g.numa_node for g in gpus if isinstance(g.pci_bus_id, str)}
+    value = f"{nodes} NUMA node(s)" + (
+        ", GPU nodes " + ",".join(str(v) if isinstance(v, int) else "?" for v in mapping.values())
+        if mapping
+        else ""
+    )
+    if not s.tuning.numactl:
+        return warned(f"numactl not installed ({value})", value=value, hint=fixes.NUMA)
+    intent = s.facts.get(TF, "gpu_numa")
+    intent = intent if isinstance(intent, dict) else {}
+    wrong = []
+    for bus, want in intent.items():  # -1 means "no NUMA information" on either side: nothing to compare
+        have, want_i = mapping.get(bus), _as_int(want)
+        if isinstance(have, int) and have >= 0 and want_i is not None and want_i >= 0 and have != want_i:
+            wrong.append(f"{bus}: node {have} (fact {want_i})")
+    want_nodes = _as_int(s.facts.get(TF, "numa_nodes"))
+    if want_nodes and want_nodes != nodes:
+        wrong.insert(0, f"{nodes} NUMA nodes (fact {want_nodes})")
+    if wrong:
+        return failed(
+            "GPU NUMA placement differs from gpunode_tuning's facts: " + "; ".join(wrong),
+            value=value,
+            hint="GPUs moved slots or BIOS NUMA settings changed: " + fixes.rerun(fixes.TUNING, "numa"),
+        )
+    if nodes > 1:
+        unknown = [bus for bus, v in mapping.items() if not isinstance(v, int) or v < 0]
+        if unknown:
+            return warned(
+                f"{nodes} NUMA nodes but no NUMA node known for {', '.join(unknown)}",
+                value=value,
+                hint="enable NUMA/ACPI SRAT reporting in the BIOS so launchers can bind each rank near its GPU",
+            )
+    return passed(f"numactl at {s.tuning.numactl}; {value}", value=value)
+
+
+@check(
+    "tuning.E005",
+    "CPU threads per GPU (OMP_NUM_THREADS, affinity)",
+    weight=5,
+    needs=("torch", "system", "nvml", "facts"),
+)
+def threads(s: Any) -> Outcome:
+    early = _probe(s)
+    if early:
+        return early
+    sysm = s.system
+    gpus = _n_gpus(s)
+    cores = sysm.physical_cores or sysm.logical_cpus or 1
+    aff = s.torch.data.get("affinity")
+    if aff and sysm.logical_cpus and aff < sysm.logical_cpus:
+        cores = max(1, cores * aff // sysm.logical_cpus)
+    budget = max(1, cores // gpus)
+    raw = s.torch.env.get("OMP_NUM_THREADS")
+    intent = s.facts.get(TF, "omp_num_threads")
+    hint = fixes.THREADS.format(n=budget)
+    kw: dict[str, Any] = {"unit": "threads/GPU", "expected": f"<= {budget} ({cores} cores / {gpus} GPUs)"}
+    if raw is None:
+        torch_default = s.torch.torch.get("num_threads") or cores
+        kw["value"] = torch_default
+        if gpus > 1:
+            return warned(
+                f"OMP_NUM_THREADS unset: torchrun forces 1 thread per rank (slow), plain launches of {gpus} "
+                f"ranks x {torch_default} threads oversubscribe {cores} cores",
+                hint=hint,
+                **kw,
+            )
+        return passed(f"OMP_NUM_THREADS unset; torch uses {torch_default} threads on {cores} cores", **kw)
+    try:
+        n = int(raw)
+    except ValueError:
+        return failed(
+            f"OMP_NUM_THREADS={raw!r} is not a number",
+            value=raw,
+            hint=hint,
+            **{k: kw[k] for k in ("expected",)},
+        )
+    kw["value"] = n
+    if _as_int(intent) and _as_int(intent) != n:
+        return failed(
+            f"OMP_NUM_THREADS={n} but gpunode_tuning set {intent}",
+            hint=fixes.rerun(fixes.TUNING, "threads"),
+            **kw,
+        )
+    if n * gpus > cores:
+        return failed(
+            f"oversubscribed: {gpus} ranks x {n} threads = {n * gpus} > {cores} physical cores",
+            hint=hint,
+            **kw,
+        )
+    if n < budget // 2:
+        return warned(
+            f"{n} threads per rank leaves {cores - n * gpus} of {cores} cores idle (OMP_NUM_THREADS=1 measured 0.56x)",
+            hint=hint,
+            **kw,
+        )
+    omp_libs = " ".join(s.torch.maps.get("openmp") or [])
+    kmp = [k for k in ("KMP_AFFINITY", "KMP_BLOCKTIME") if k in s.torch.env]
+    if kmp and "libgomp" in omp_libs and "libiomp" not in omp_libs:
+        return warned(
+            f"{', '.join(kmp)} set, but torch uses GNU OpenMP (libgomp), which ignores KMP_* variables",
+            hint="use GOMP_CPU_AFFINITY / OMP_PROC_BIND instead: set gpunode_tuning_gomp_cpu_affinity "
+            "(role gpunode_tuning) and re-run playbooks/site.yml --tags threading",
+            **kw,
+        )
+    return passed(f"{gpus} ranks x {n} threads on {cores} physical cores", **kw)
+
+
+@check("tuning.E006", "Services that should be off", weight=1, needs=("tuning", "facts"))
+def services(s: Any) -> Outcome:
+    st = s.tuning.services
+    if isinstance(st, Unavailable):
+        return skipped(st.reason)
+    intent = s.facts.has(TF, "services_disabled")
+    on = [
+        x for x in st if x.active in ("active", "activating") or x.enabled in ("enabled", "enabled-runtime")
+    ]
+    value = ", ".join(f"{x.name}={x.active}/{x.enabled}" for x in st) or "none checked"
+    if not on:
+        return passed(
+            f"off: {', '.join(x.name for x in st) or 'none listed'}",
+            value=value,
+            expected="inactive, disabled",
+        )
+    names = ", ".join(x.name for x in on)
+    hint = fixes.SERVICES.format(names=", ".join(x.name for x in st))
+    if intent:
+        return failed(f"gpunode_tuning disabled them but these are on again: {names}", value=value, hint=hint)
+    return warned(f"running or enabled: {names}", value=value, expected="inactive, disabled", hint=hint)
+
+
+@check("tuning.E007", "CPU frequency governor", weight=2, needs=("tuning", "facts"))
+def governor(s: Any) -> Outcome:
+    g = s.tuning.governors
+    if isinstance(g, Unavailable):
+        return skipped(g.reason)
+    intent = s.facts.get(TF, "cpu_governor")
+    want = intent or "performance"
+    value = ", ".join(f"{k} x{v}" for k, v in sorted(g.items()))
+    if set(g) == {want}:
+        return passed(f"{want} on all {sum(g.values())} CPUs", value=value, expected=want)
+    if intent:
+        return failed(
+            f"governor {value}, gpunode_tuning set {intent}", value=value, expected=want, hint=fixes.GOVERNOR
+        )
+    return warned(f"governor {value}", value=value, expected=want, hint=fixes.GOVERNOR)
+
+
+@check("tuning.E008", "Transparent hugepages", weight=1, needs=("tuning", "facts"))
+def thp(s: Any) -> Outcome:
+    v = s.tuning.thp
+    if isinstance(v, Unavailable):
+        return skipped(v.reason)
+    intent = s.facts.get(TF, "thp")
+    if intent:
+        if v != intent:
+            return failed(f"THP {v}, gpunode_tuning set {intent}", value=v, expected=intent, hint=fixes.THP)
+        return passed(f"THP {v}, as set", value=v, expected=intent)
+    if v == "never":
+        return warned(
+            "THP never: large tensors lose hugepage TLB benefits",
+            value=v,
+            expected="madvise or always",
+            hint=fixes.THP,
+        )
+    return passed(f"THP {v}", value=v, expected="madvise or always")
+
+
+def _limits(s: Any, name: str) -> tuple[int, int] | None:
+    lim = (
+        (s.torch.data.get("rlimits") or {}).get(name)
+        if s.torch is not None and s.torch.error is None
+        else None
+    )
+    if lim:
+        return int(lim[0]), int(lim[1])
+    own = s.tuning.rlimits.get(name) if s.tuning is not None else None
+    return (int(own[0]), int(own[1])) if own else None
+
+
+@check("tuning.E009", "Locked-memory limit (memlock)", weight=2, needs=("tuning", "torch", "facts"))
+def memlock(s: Any) -> Outcome:
+    lim = _limits(s, "memlock")
+    if lim is None:
+        return skipped("limits not read")
+    soft = lim[0]
+    value = "unlimited" if soft < 0 else soft
+    if soft < 0:
+        return passed("memlock unlimited", value=value, expected="unlimited")
+    out = failed if str(_fact_limits(s).get("memlock", "")) == "unlimited" else warned
+    return out(
+        f"memlock soft limit {_human(soft)}: pinned host memory and NCCL over RDMA need it unlimited",
+        value=value,
+        unit="bytes",
+        expected="unlimited",
+        hint=fixes.MEMLOCK,
+    )
+
+
+@check("tuning.E010", "Open-files limit (nofile)", weight=1, needs=("tuning", "torch", "facts"))
+def nofile(s: Any) -> Outcome:
+    lim = _limits(s, "nofile")
+    if lim is None:
+        return skipped("limits not read")
+    soft = lim[0]
+    want = _as_int(_fact_limits(s).get("nofile"))
+    floor = want or NOFILE_MIN
+    if soft < 0 or soft >= floor:
+        return passed(f"nofile {soft if soft >= 0 else 'unlimited'}", value=soft, expected=f">= {floor}")
+    out = failed if want else warned
+    return out(
+        f"nofile soft limit {soft}: DataLoader workers sharing tensors run out of descriptors"
+        + (f" (gpunode_tuning set {want})" if want else ""),
+        value=soft,
+        expected=f">= {floor}",
+        hint=fixes.NOFILE,
+    )
+
+
+@check("tuning.E011", "Training environment file", weight=2, needs=("tuning", "facts"))
+def env_file(s: Any) -> Outcome:
+    env = s.tuning.env
+    path = s.tuning.env_file
+    if isinstance(env, Unavailable):
+        if s.facts.has(TF, "env_file"):
+            return failed(
+                f"{path} recorded by gpunode_tuning is gone: {env.reason}", value=None, hint=fixes.ENV_FILE
+            )
+        return warned(
+            f"{path}: {env.reason}; the node does not look tuned by gpunode_tuning",
+            value=None,
+            hint=fixes.ENV_FILE,
+        )
+    keys = ", ".join(sorted(env)) or "no keys"
+    return passed(f"{path}: {keys}", value=keys)

@@ -1,0 +1,228 @@
+"""``python -m hostcheck`` / ``hostcheck``: check a provisioned GPU node and print a readiness score.
+
+Exit codes: 0 ready, 1 not ready, 2 usage or environment error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from hostcheck import SCHEMA_VERSION, __version__
+from hostcheck.registry import Check, Result, all_checks, run_checks, select
+from hostcheck.score import FAIL_LEVELS, Verdict, verdict
+
+EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse exits 2 itself; we return 2 from main instead
+        raise _UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="hostcheck",
+        description="Check a gpunode GPU node after provisioning: versions, GPU health, host tuning. "
+        "Prints a readiness score 0-100 and a fix for every shortfall.",
+        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error. Docs: docs/hostcheck.md",
+    )
+    out = p.add_argument_group("output")
+    out.add_argument(
+        "--json", action="store_true", help="print the JSON document (schema_version 1) instead of text"
+    )
+    out.add_argument(
+        "--prometheus", metavar="PATH", help="also write a node_exporter textfile (.prom) to PATH"
+    )
+    out.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH")
+    out.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="colour (default: auto)"
+    )
+    out.add_argument("-v", "--verbose", action="store_true", help="show per-GPU details under each check")
+    sel = p.add_argument_group("selection")
+    sel.add_argument("--list", action="store_true", help="list the checks and exit")
+    sel.add_argument(
+        "--only", action="append", metavar="ID|CATEGORY", help="run only these (comma list, repeatable)"
+    )
+    sel.add_argument(
+        "--skip", action="append", metavar="ID|CATEGORY", help="skip these (comma list, repeatable)"
+    )
+    sel.add_argument("--quick", action="store_true", help="leave out the workload checks (GPU jobs)")
+    ver = p.add_argument_group("verdict")
+    ver.add_argument(
+        "--fail-level",
+        choices=tuple(FAIL_LEVELS),
+        default="fail",
+        help="not ready when any check is at this level or worse (errors count as fail; default: fail)",
+    )
+    ver.add_argument(
+        "--min-score", type=int, default=0, metavar="N", help="not ready when the score is below N"
+    )
+    env = p.add_argument_group("environment")
+    env.add_argument(
+        "--expect-gpus", type=int, metavar="N", help="GPUs this node must have (default: local facts)"
+    )
+    env.add_argument(
+        "--python", metavar="PATH", help="the training Python to probe (default: the venv in the facts)"
+    )
+    env.add_argument("--facts-dir", default="/etc/ansible/facts.d", metavar="DIR", help="Ansible local facts")
+    env.add_argument(
+        "--env-file", metavar="PATH", help="training environment file (default: /etc/gpunode/training.env)"
+    )
+    env.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S", help="per-check timeout (default 30)"
+    )
+    env.add_argument(
+        "--torch-timeout",
+        type=float,
+        default=90.0,
+        metavar="S",
+        help="timeout of the torch probe (default 90)",
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    p.add_argument("--version", action="version", version=f"hostcheck {__version__}")
+    return p
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [x.strip() for v in values or [] for x in v.split(",") if x.strip()]
+
+
+def evaluate(
+    snapshot: Any, checks: list[Check], fail_level: str = "fail", min_score: int = 0, timeout_s: float = 30.0
+) -> tuple[list[Result], Verdict]:
+    """Judge a gathered snapshot: the pure half of a run (tests call this with fixture snapshots)."""
+    results = run_checks(checks, snapshot, timeout_s)
+    return results, verdict(results, fail_level=fail_level, min_score=min_score)
+
+
+def build_report(snapshot: Any, results: list[Result], v: Verdict, started: float, when: str) -> Any:
+    from hostcheck.report import Report, host_info, versions
+
+    return Report(
+        results=tuple(results),
+        verdict=v,
+        host=host_info(snapshot),
+        versions=versions(snapshot),
+        time=when,
+        duration_s=time.monotonic() - started,
+        exit_code=EXIT_READY if v.ready else EXIT_NOT_READY,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except _UsageError as exc:
+        msg = str(exc) if "(see --" in str(exc) else f"{exc} (see --help)"
+        print(f"hostcheck: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help / --version
+        return exc.code if isinstance(exc.code, int) else EXIT_READY
+    except KeyboardInterrupt:
+        print("hostcheck: interrupted", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        if "--debug" in (argv if argv is not None else sys.argv):
+            traceback.print_exc()
+        print(
+            f"hostcheck: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", file=sys.stderr
+        )
+        return EXIT_USAGE
+
+
+def _main(argv: list[str] | None) -> int:
+    started = time.monotonic()
+    args = build_parser().parse_args(argv)
+    try:
+        checks = select(all_checks(), _split(args.only), _split(args.skip), args.quick)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    if args.list:
+        if args.json:
+            rows = [
+                {
+                    "id": c.id,
+                    "title": c.title,
+                    "category": c.category,
+                    "weight": c.weight,
+                    "workload": c.workload,
+                }
+                for c in checks
+            ]
+            sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "checks": rows}, indent=2) + "\n")
+            return EXIT_READY
+        from hostcheck.render.text import render_list
+
+        sys.stdout.write(render_list(checks))
+        return EXIT_READY
+    if not checks:
+        raise _UsageError("no checks selected")
+    if args.expect_gpus is not None and args.expect_gpus < 0:
+        raise _UsageError("--expect-gpus must be >= 0")
+    if not 0 <= args.min_score <= 100:
+        raise _UsageError("--min-score must be 0-100")
+    if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
+        print(f"hostcheck: error: --python {args.python}: not an executable file", file=sys.stderr)
+        return EXIT_USAGE
+    for path in (args.prometheus, args.junit):
+        if path and not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+            print(
+                f"hostcheck: error: cannot write {path} (directory missing or not writable)", file=sys.stderr
+            )
+            return EXIT_USAGE
+
+    from hostcheck.gather import GATHERERS, Options, gather
+    from hostcheck.report import now_iso
+
+    options = Options(
+        expect_gpus=args.expect_gpus,
+        python=args.python,
+        facts_dir=args.facts_dir,
+        env_file=args.env_file,
+        torch_timeout_s=args.torch_timeout,
+    )
+    needs = set().union(*(c.needs for c in checks)) & set(GATHERERS)
+    when = now_iso()
+    snapshot = gather(options, needs)
+    results, v = evaluate(snapshot, checks, args.fail_level, args.min_score, args.timeout)
+    report = build_report(snapshot, results, v, started, when)
+    return emit(report, args)
+
+
+def emit(report: Any, args: argparse.Namespace) -> int:
+    from hostcheck.render.json import render_json
+    from hostcheck.render.junit import render_junit
+    from hostcheck.render.prometheus import render_prometheus, write_atomic
+    from hostcheck.render.text import render_text
+
+    try:
+        if args.prometheus:
+            write_atomic(args.prometheus, render_prometheus(report))
+        if args.junit:
+            write_atomic(args.junit, render_junit(report))
+    except OSError as exc:
+        print(f"hostcheck: error: writing a report file: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.json:
+            sys.stdout.write(render_json(report))
+        else:
+            colour = args.color == "always" or (
+                args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+            )
+            sys.stdout.write(render_text(report, colour=colour, verbose=args.verbose))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `hostcheck | head`: the reader left; the verdict still stands
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return report.exit_code

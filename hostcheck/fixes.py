@@ -1,0 +1,60 @@
+"""The fixes hostcheck's hints name: role variables and playbook tags (one place, to keep them in step
+with the roles; docs/design.md holds the shared names)."""
+
+from __future__ import annotations
+
+PLAYBOOK = "playbooks/site.yml"
+
+
+def role_fix(assignment: str, role: str, tags: str) -> str:
+    """``set gpunode_tuning_shm_size: 64G (role gpunode_tuning) and re-run playbooks/site.yml --tags shm``"""
+    return f"set {assignment} (role {role}) and re-run {PLAYBOOK} --tags {tags}"
+
+
+def rerun(role: str, tags: str) -> str:
+    return f"re-run {PLAYBOOK} --tags {tags} (role {role})"
+
+
+TUNING = "gpunode_tuning"
+DRIVER = "gpunode_driver"
+PYTORCH = "gpunode_pytorch"
+CUDA = "gpunode_cuda"
+
+DRIVER_INSTALL = role_fix("gpunode_driver_branch: 580", DRIVER, "driver") + (
+    "; if it is installed but not loaded: check the nouveau blacklist and Secure Boot (mokutil --sb-state), "
+    "then modprobe nvidia"
+)
+DRIVER_MISMATCH = (
+    "the kernel module and libnvidia-ml differ (packages upgraded under a loaded driver): reboot the node; "
+    + role_fix("gpunode_driver_hold: true", DRIVER, "driver")
+    + " so upgrades cannot do it again"
+)
+PERSISTENCE = role_fix("gpunode_driver_persistence_enabled: true", DRIVER, "driver")
+EXPECTED_GPUS = (
+    "pass --expect-gpus N, or set gpunode_driver_expected_gpu_count: N (role gpunode_driver) so the fact "
+    "records it"
+)
+GPU_DRAIN = (
+    "drain the node, reset the GPU (nvidia-smi -r -i {idx}) and run dcgmi diag -r 3; "
+    "open an RMA if it comes back"
+)
+PYTORCH_INSTALL = role_fix("gpunode_pytorch_index: {index}", PYTORCH, "pytorch")
+NVML_PY = "install nvidia-ml-py in hostcheck's Python: pip install 'gpunode-hostcheck[nvml]'"
+SHM = role_fix("gpunode_tuning_shm_size: {size}", TUNING, "shm")
+ALLOCATOR = role_fix("gpunode_tuning_allocator: tcmalloc", TUNING, "allocator")
+MALLOC_CONF = role_fix(
+    'gpunode_tuning_jemalloc_conf: "dirty_decay_ms:-1,muzzy_decay_ms:-1"', TUNING, "allocator"
+)
+PILLOW_SIMD = role_fix("gpunode_tuning_pillow_simd_enabled: true", TUNING, "pillow_simd")
+PILLOW_SIMD_REINSTALL = (
+    "stock Pillow was installed over pillow-simd (torchvision pulls it): "
+    "{python} -m pip install --force-reinstall --no-deps pillow-simd, or " + rerun(TUNING, "pillow_simd")
+)
+NUMA = role_fix("gpunode_tuning_numa_enabled: true", TUNING, "numa")
+THREADS = role_fix("gpunode_tuning_omp_num_threads: {n}", TUNING, "threading")
+SERVICES = role_fix("gpunode_tuning_services_disable: [{names}]", TUNING, "services")
+GOVERNOR = role_fix("gpunode_tuning_cpu_governor: performance", TUNING, "sysknobs")
+THP = role_fix("gpunode_tuning_thp: madvise", TUNING, "sysknobs")
+MEMLOCK = role_fix("gpunode_tuning_limits_memlock: unlimited", TUNING, "sysknobs") + ", then log in again"
+NOFILE = role_fix("gpunode_tuning_limits_nofile: 1048576", TUNING, "sysknobs") + ", then log in again"
+ENV_FILE = rerun(TUNING, "allocator,threading,numa") + " to write /etc/gpunode/training.env"

@@ -1,0 +1,164 @@
+"""Gathering: everything hostcheck reads from the node, as frozen snapshots (errors kept as values)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hostcheck.gather.base import TIMEOUT, Unavailable
+from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
+from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
+from hostcheck.gather.system import SystemSnapshot, gather_system
+from hostcheck.gather.torchinfo import TorchSnapshot, choose_python, gather_torch
+from hostcheck.gather.tuning import DEFAULT_ENV_FILE, DEFAULT_SERVICES_OFF, TuningSnapshot, gather_tuning
+
+GATHERERS = ("facts", "system", "nvml", "torch", "tuning")
+
+
+@dataclass(frozen=True)
+class ExtraGatherer:
+    """A gatherer added by another module (the workload checks): ``fn(options, parts) -> value``.
+
+    ``parts`` holds what the core gatherers found ("facts", "nvml", "torch", ...); the value lands in
+    ``Snapshot.extra[name]`` and checks that name it in ``needs`` read it from there.
+    """
+
+    name: str
+    fn: Callable[[Any, dict[str, Any]], Any]
+    timeout_s: float = 600.0
+
+
+EXTRA_GATHERERS: dict[str, ExtraGatherer] = {}
+
+
+def register_gatherer(name: str, fn: Callable[[Any, dict[str, Any]], Any], timeout_s: float = 600.0) -> None:
+    if name in GATHERERS:
+        raise ValueError(f"{name} is a core gatherer")
+    EXTRA_GATHERERS[name] = ExtraGatherer(name, fn, timeout_s)
+
+
+@dataclass(frozen=True)
+class Options:
+    expect_gpus: int | None = None
+    python: str | None = None
+    facts_dir: str = DEFAULT_FACTS_DIR
+    env_file: str | None = None
+    torch_timeout_s: float = 90.0
+    gather_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the judging functions see. A part that was not gathered (not needed) is None."""
+
+    options: Options = field(default_factory=Options)
+    facts: Facts = field(default_factory=Facts)
+    system: SystemSnapshot | None = None
+    nvml: NvmlSnapshot | None = None
+    torch: TorchSnapshot | None = None
+    tuning: TuningSnapshot | None = None
+    #: Values of the extra gatherers (register_gatherer), by name; an exception or timeout is an Unavailable.
+    extra: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def env_file(self) -> str:
+        return self.options.env_file or self.facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
+
+
+def _timed(
+    name: str, fn: Callable[[], Any], timeout: float, fallback: Callable[[Unavailable], Any], timings: dict
+) -> Any:
+    from hostcheck.registry import call_with_timeout
+
+    start = time.monotonic()
+    finished, value = call_with_timeout(fn, timeout)
+    timings[name] = round(time.monotonic() - start, 3)
+    if not finished:
+        return fallback(Unavailable(TIMEOUT, f"gathering {name} did not finish in {timeout:g} s"))
+    if isinstance(value, BaseException):
+        return fallback(Unavailable("error", f"gathering {name} failed: {type(value).__name__}: {value}"))
+    return value
+
+
+def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHERERS)) -> Snapshot:
+    """Run the gatherers the selected checks need; the torch probe runs beside system and tuning."""
+    import threading
+
+    timings: dict[str, float] = {}
+    facts = gather_facts(options.facts_dir)
+    env_file = options.env_file or facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
+    results: dict[str, Any] = {}
+
+    def do_torch() -> None:
+        python, source = choose_python(options.python, facts)
+        tuning_env = gather_tuning_env(env_file)
+        results["torch"] = _timed(
+            "torch",
+            lambda: gather_torch(python, source, tuning_env, options.torch_timeout_s),
+            options.torch_timeout_s + 5,
+            lambda u: TorchSnapshot(python=python, python_source=source, error=u),
+            timings,
+        )
+
+    # NVML first, before the torch probe can open a CUDA context that would show up as a GPU process.
+    if "nvml" in needs:
+        results["nvml"] = _timed(
+            "nvml", gather_nvml, options.gather_timeout_s, lambda u: NvmlSnapshot(error=u), timings
+        )
+    threads = []
+    if "torch" in needs:
+        threads.append(threading.Thread(target=do_torch, daemon=True))
+        threads[-1].start()
+    if "system" in needs:
+        results["system"] = _timed(
+            "system", gather_system, options.gather_timeout_s, lambda u: SystemSnapshot(), timings
+        )
+    if "tuning" in needs:
+        services = tuple(facts.get("gpunode_tuning", "services_disabled") or DEFAULT_SERVICES_OFF)
+        results["tuning"] = _timed(
+            "tuning",
+            lambda: gather_tuning(env_file, services),
+            options.gather_timeout_s,
+            lambda u: TuningSnapshot(shm_bytes=u, env=u, governors=u, thp=u, services=u),
+            timings,
+        )
+    for t in threads:
+        t.join(options.torch_timeout_s + 10)
+    results["facts"] = facts
+    extra: dict[str, Any] = {}
+    for name in sorted(set(needs) & set(EXTRA_GATHERERS)):  # after the core: they may read its parts
+        g = EXTRA_GATHERERS[name]
+        extra[name] = _timed(
+            name, lambda g=g: g.fn(options, dict(results)), g.timeout_s, lambda u: u, timings
+        )
+    return Snapshot(
+        options=options,
+        facts=facts,
+        system=results.get("system"),
+        nvml=results.get("nvml"),
+        torch=results.get("torch"),
+        tuning=results.get("tuning"),
+        extra=extra,
+        timings=timings,
+    )
+
+
+def gather_tuning_env(env_file: str) -> dict[str, str]:
+    from hostcheck.gather.base import read_text
+    from hostcheck.gather.tuning import parse_env_file
+
+    text = read_text(env_file)
+    return parse_env_file(text) if isinstance(text, str) else {}
+
+
+__all__ = [
+    "DEFAULT_SERVICES_OFF",
+    "EXTRA_GATHERERS",
+    "GATHERERS",
+    "Options",
+    "Snapshot",
+    "gather",
+    "register_gatherer",
+]

@@ -1,0 +1,72 @@
+"""Shared gathering types: a missing value is a value (:class:`Unavailable`), never an exception."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why a value could not be read. ``kind`` is one of the KIND_* strings below."""
+
+    kind: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"unavailable ({self.reason})"
+
+
+NOT_INSTALLED = "not_installed"
+NOT_SUPPORTED = "not_supported"
+NO_PERMISSION = "no_permission"
+GPU_LOST = "gpu_lost"
+TIMEOUT = "timeout"
+NOT_FOUND = "not_found"
+ERROR = "error"
+
+
+def is_missing(v: Any) -> bool:
+    return isinstance(v, Unavailable)
+
+
+@dataclass(frozen=True)
+class CmdResult:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+#: Injected command runner: (argv, timeout) -> CmdResult | Unavailable.
+Runner = Callable[[Sequence[str], float], Union[CmdResult, Unavailable]]
+
+
+def run_cmd(argv: Sequence[str], timeout: float = 10.0) -> CmdResult | Unavailable:
+    if "/" not in argv[0] and shutil.which(argv[0]) is None:
+        return Unavailable(NOT_INSTALLED, f"{argv[0]} not found")
+    try:
+        p = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False, errors="replace"
+        )
+    except FileNotFoundError:
+        return Unavailable(NOT_INSTALLED, f"{argv[0]} not found")
+    except subprocess.TimeoutExpired:
+        return Unavailable(TIMEOUT, f"{argv[0]} timed out after {timeout:g} s")
+    except OSError as exc:
+        return Unavailable(ERROR, f"{argv[0]}: {exc}")
+    return CmdResult(p.returncode, p.stdout, p.stderr)
+
+
+def read_text(path: str, limit: int = 1 << 20) -> str | Unavailable:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(limit)
+    except FileNotFoundError:
+        return Unavailable(NOT_FOUND, f"{path} does not exist")
+    except PermissionError:
+        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
+    except OSError as exc:
+        return Unavailable(ERROR, f"{path}: {exc}")

@@ -1,0 +1,246 @@
+"""Fallback when nvidia-ml-py is not installed: the same per-GPU data read through ``nvidia-smi`` CSV queries.
+
+nvidia-smi ships with every driver, so a node whose Python lacks nvidia-ml-py is still judged. A field this
+driver's nvidia-smi does not know makes the whole query fail ("... is not a valid field to query"), so such a
+field is dropped and the query retried; it then reads as not supported.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hostcheck.gather.base import (
+    ERROR,
+    GPU_LOST,
+    NO_PERMISSION,
+    NOT_INSTALLED,
+    NOT_SUPPORTED,
+    CmdResult,
+    Runner,
+    Unavailable,
+    read_text,
+    run_cmd,
+)
+from hostcheck.gather.nvml import GpuInfo, GpuProcess, NvmlSnapshot, normalise_bus_id
+
+GPU_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "driver_version",
+    "compute_cap",
+    "memory.total",
+    "ecc.mode.current",
+    "ecc.mode.pending",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "retired_pages.pending",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "clocks_event_reasons.active",
+    "temperature.gpu",
+    "persistence_mode",
+)
+#: Older drivers know the throttle name only.
+FIELD_ALIASES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+REMAP_FIELDS = (
+    "gpu_bus_id",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+)
+APP_FIELDS = ("gpu_bus_id", "pid", "process_name", "used_memory")
+
+_INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field', re.IGNORECASE)
+
+
+def cell(raw: str) -> Any:
+    """A CSV cell: '[N/A]' / '[Not Supported]' and the bracketed errors become Unavailable."""
+    v = raw.strip()
+    if not (v.startswith("[") and v.endswith("]")):
+        return v
+    low = v.lower()
+    if "not supported" in low or "n/a" in low:
+        return Unavailable(NOT_SUPPORTED, "not supported on this GPU")
+    if "lost" in low or "requires reset" in low:
+        return Unavailable(GPU_LOST, v.strip("[]"))
+    if "permission" in low:
+        return Unavailable(NO_PERMISSION, "insufficient permissions (run as root)")
+    return Unavailable(ERROR, v.strip("[]"))
+
+
+def _int(v: Any) -> Any:
+    if isinstance(v, Unavailable):
+        return v
+    try:
+        return int(str(v).split()[0], 0)  # base 0: also '0x0000000000000001'
+    except (ValueError, IndexError):
+        return Unavailable(ERROR, f"unparsable {v!r}")
+
+
+def _flag(v: Any) -> Any:
+    if isinstance(v, Unavailable):
+        return v
+    s = str(v).strip().lower()
+    if s in ("enabled", "yes", "true", "on", "active"):
+        return True
+    if s in ("disabled", "no", "false", "off", "none", ""):
+        return False
+    try:
+        return int(s) != 0
+    except ValueError:
+        return Unavailable(ERROR, f"unparsable {v!r}")
+
+
+def smi_error(text: str) -> Unavailable:
+    low = text.lower()
+    if "mismatch" in low:
+        return Unavailable(ERROR, "driver/library version mismatch (kernel module and libnvidia-ml differ)")
+    if "couldn't communicate with the nvidia driver" in low or "driver not loaded" in low:
+        return Unavailable(NOT_INSTALLED, "NVIDIA driver not loaded (nvidia-smi cannot reach it)")
+    if "no devices were found" in low:
+        return Unavailable(ERROR, "nvidia-smi: no devices were found")
+    return Unavailable(ERROR, "nvidia-smi: " + (text.strip().splitlines() or ["failed"])[-1][:200])
+
+
+def query(
+    runner: Runner, kind: str, fields: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], Unavailable | None]:
+    """Run ``nvidia-smi --query-<kind>=fields``; drop fields this driver does not know, retry."""
+    fields = tuple(fields)
+    for _attempt in range(6):
+        r = runner(["nvidia-smi", f"--query-{kind}={','.join(fields)}", "--format=csv,noheader,nounits"], 30)
+        if isinstance(r, Unavailable):
+            return [], r
+        out = r.stdout + r.stderr
+        bad = _INVALID_FIELD.search(out)
+        if r.rc != 0 and bad and bad.group(1) in fields:
+            name = bad.group(1)
+            alias = FIELD_ALIASES.get(name)
+            fields = tuple(alias if f == name and alias else f for f in fields if f != name or alias)
+            continue
+        if r.rc != 0:
+            return [], smi_error(out)
+        rows = []
+        for line in r.stdout.splitlines():
+            if not line.strip():
+                continue
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) != len(fields):  # a name with a comma: join the overflow into the name column
+                extra = len(cells) - len(fields)
+                if extra > 0 and "name" in fields:
+                    i = fields.index("name")
+                    cells[i : i + extra + 1] = [",".join(cells[i : i + extra + 1])]
+            rows.append(dict(zip(fields, (cell(c) for c in cells))))
+        return rows, None
+    return [], Unavailable(ERROR, "nvidia-smi rejected the query fields")
+
+
+def _field(row: dict[str, Any], name: str) -> Any:
+    if name in row:
+        return row[name]
+    alias = FIELD_ALIASES.get(name)
+    if alias and alias in row:
+        return row[alias]
+    return Unavailable(NOT_SUPPORTED, f"nvidia-smi field {name} unknown to this driver")
+
+
+def parse_cuda_version(text: str) -> int | None:
+    m = re.search(r"CUDA Version\s*:?\s*(\d+)\.(\d+)", text)
+    return int(m.group(1)) * 1000 + int(m.group(2)) * 10 if m else None
+
+
+def gather_smi(runner: Runner = run_cmd) -> NvmlSnapshot:
+    rows, err = query(runner, "gpu", GPU_FIELDS)
+    if err is not None:
+        return NvmlSnapshot(error=err, source="nvidia-smi")
+    remap_rows, remap_err = query(runner, "remapped-rows", REMAP_FIELDS)
+    app_rows, app_err = query(runner, "compute-apps", APP_FIELDS)
+    head = runner(["nvidia-smi"], 30)
+    cuda = parse_cuda_version(head.stdout) if isinstance(head, CmdResult) else None
+    remaps = {
+        normalise_bus_id(str(r["gpu_bus_id"])): r for r in remap_rows if isinstance(r["gpu_bus_id"], str)
+    }
+    apps: dict[str, list[GpuProcess]] = {}
+    for a in app_rows:
+        if isinstance(a.get("gpu_bus_id"), str) and isinstance(_int(a.get("pid")), int):
+            mem = _int(a.get("used_memory"))
+            apps.setdefault(normalise_bus_id(a["gpu_bus_id"]), []).append(
+                GpuProcess(
+                    pid=_int(a["pid"]),
+                    name=str(a.get("process_name", "?")).rsplit("/", 1)[-1],
+                    used_bytes=mem * (1 << 20) if isinstance(mem, int) else None,
+                )
+            )
+    gpus = []
+    driver: Any = Unavailable(ERROR, "no GPU rows")
+    for i, row in enumerate(rows):
+        bus = row.get("pci.bus_id")
+        bus_id = normalise_bus_id(bus) if isinstance(bus, str) else bus
+        driver = row.get("driver_version", driver)
+        cap = _field(row, "compute_cap")
+        if isinstance(cap, str):
+            try:
+                major, minor = cap.split(".", 1)
+                cap = (int(major), int(minor))
+            except ValueError:
+                cap = Unavailable(ERROR, f"unparsable compute_cap {cap!r}")
+        mem = _int(_field(row, "memory.total"))
+        rr: Any = remap_err or Unavailable(NOT_SUPPORTED, "row remapping not reported")
+        if isinstance(bus_id, str) and bus_id in remaps:
+            r = remaps[bus_id]
+            vals = [r[f] for f in REMAP_FIELDS[1:]]
+            missing = next((v for v in vals if isinstance(v, Unavailable)), None)
+            rr = missing or (_int(vals[0]), _int(vals[1]), _flag(vals[2]), _flag(vals[3]))
+        numa: Any = Unavailable(NOT_SUPPORTED, "no NUMA node in sysfs")
+        if isinstance(bus_id, str):
+            t = read_text(f"/sys/bus/pci/devices/{bus_id}/numa_node")
+            if isinstance(t, str) and t.strip().lstrip("-").isdigit():
+                numa = int(t.strip())
+        idx = _int(row.get("index", str(i)))
+        gpus.append(
+            GpuInfo(
+                index=idx if isinstance(idx, int) else i,
+                name=_field(row, "name"),
+                uuid=_field(row, "uuid"),
+                pci_bus_id=bus_id,
+                compute_capability=cap,
+                memory_total_bytes=mem * (1 << 20) if isinstance(mem, int) else mem,
+                ecc_current=_flag(_field(row, "ecc.mode.current")),
+                ecc_pending=_flag(_field(row, "ecc.mode.pending")),
+                ecc_uncorrected_volatile=_int(_field(row, "ecc.errors.uncorrected.volatile.total")),
+                ecc_uncorrected_aggregate=_int(_field(row, "ecc.errors.uncorrected.aggregate.total")),
+                remapped_rows=rr,
+                retired_pages_dbe=_int(_field(row, "retired_pages.double_bit.count")),
+                retired_pages_sbe=_int(_field(row, "retired_pages.single_bit_ecc.count")),
+                retired_pages_pending=_flag(_field(row, "retired_pages.pending")),
+                pcie_gen_current=_int(_field(row, "pcie.link.gen.current")),
+                pcie_gen_max=_int(_field(row, "pcie.link.gen.max")),
+                pcie_width_current=_int(_field(row, "pcie.link.width.current")),
+                pcie_width_max=_int(_field(row, "pcie.link.width.max")),
+                clock_event_reasons=_int(_field(row, "clocks_event_reasons.active")),
+                temperature_c=_int(_field(row, "temperature.gpu")),
+                slowdown_temperature_c=Unavailable(NOT_SUPPORTED, "not read through nvidia-smi"),
+                persistence_mode=_flag(_field(row, "persistence_mode")),
+                numa_node=numa,
+                processes=app_err or tuple(apps.get(bus_id, ())) if isinstance(bus_id, str) else (),
+            )
+        )
+    return NvmlSnapshot(
+        error=None,
+        driver_version=driver,
+        cuda_driver_version=cuda
+        if cuda is not None
+        else Unavailable(ERROR, "CUDA version not in nvidia-smi"),
+        nvml_version=Unavailable(NOT_SUPPORTED, "read through nvidia-smi"),
+        device_count=len(gpus),
+        gpus=tuple(gpus),
+        source="nvidia-smi",
+    )

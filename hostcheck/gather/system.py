@@ -1,0 +1,203 @@
+"""OS, kernel, CPU topology, NVIDIA kernel module and XID events from the kernel log."""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import re
+import socket
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from hostcheck.gather.base import (
+    NO_PERMISSION,
+    NOT_FOUND,
+    CmdResult,
+    Runner,
+    Unavailable,
+    read_text,
+    run_cmd,
+)
+
+XID_WINDOW_HOURS = 2.0
+NO_DRIVER = Unavailable(NOT_FOUND, "NVIDIA kernel module not loaded (/proc/driver/nvidia/version missing)")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    pci: str
+    xid: int
+    text: str
+
+
+@dataclass(frozen=True)
+class SystemSnapshot:
+    hostname: str = ""
+    os_id: str = ""
+    os_version: str = ""
+    os_pretty: str = ""
+    kernel: str = ""
+    arch: str = ""
+    hostcheck_python: str = ""
+    libc: str = ""
+    container: str | None = None
+    kernel_build_dir: bool | None = None
+    #: Version from /proc/driver/nvidia/version, or why there is none.
+    driver_version: str | Unavailable = NO_DRIVER
+    logical_cpus: int = 0
+    physical_cores: int = 0
+    numa_nodes: tuple[tuple[int, ...], ...] = ()
+    mem_total_bytes: int = 0
+    xid_events: tuple[XidEvent, ...] | Unavailable = ()
+    xid_source: str = ""
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip().strip('"').strip("'")
+    return out
+
+
+def parse_driver_version(text: str) -> str | None:
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
+def parse_cpulist(text: str) -> tuple[int, ...]:
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            cpus.extend(range(int(a), int(b) + 1))
+        else:
+            cpus.append(int(part))
+    return tuple(cpus)
+
+
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)")
+_ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})[,.]?\d*([+-]\d{2}:?\d{2})?")
+
+
+def parse_xid_lines(
+    text: str, now: datetime | None = None, hours: float = XID_WINDOW_HOURS
+) -> list[XidEvent]:
+    """XID events from kernel log lines; lines with an ISO timestamp older than ``hours`` are dropped."""
+    cutoff = (now or datetime.now(timezone.utc)) - timedelta(hours=hours)
+    events = []
+    for line in text.splitlines():
+        m = _XID_RE.search(line)
+        if not m:
+            continue
+        t = _ISO_RE.match(line)
+        if t:
+            try:
+                tz = (t.group(2) or "+00:00").replace(":", "")
+                ts = datetime.strptime(t.group(1) + tz, "%Y-%m-%dT%H:%M:%S%z")
+                if ts < cutoff:
+                    continue
+            except ValueError:
+                pass
+        events.append(XidEvent(pci=m.group(1).lower(), xid=int(m.group(2)), text=m.group(3).strip()[:160]))
+    return events
+
+
+def read_xids(
+    runner: Runner = run_cmd, hours: float = XID_WINDOW_HOURS
+) -> tuple[tuple[XidEvent, ...] | Unavailable, str]:
+    """XIDs from journalctl -k (the window is applied by journald); dmesg when journald has nothing."""
+    j = runner(
+        ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "--since", f"-{int(hours * 60)}min"], 15
+    )
+    journal_ok = isinstance(j, CmdResult) and j.rc == 0 and "No journal files" not in j.stderr
+    if journal_ok and j.stdout.strip():
+        return tuple(parse_xid_lines(j.stdout, hours=hours)), f"journalctl -k, last {hours:g} h"
+    d = runner(["dmesg", "--time-format", "iso"], 15)
+    if isinstance(d, CmdResult) and d.rc == 0:
+        return tuple(parse_xid_lines(d.stdout, hours=hours)), f"dmesg, last {hours:g} h"
+    if journal_ok:  # journald answered with an empty window and dmesg is not readable
+        return (), f"journalctl -k, last {hours:g} h"
+    why = d.reason if isinstance(d, Unavailable) else (d.stderr.strip() or f"dmesg exit {d.rc}")
+    return Unavailable(NO_PERMISSION, f"kernel log not readable ({why}); run as root"), "none"
+
+
+def _physical_cores(cpus: list[int]) -> int:
+    cores = set()
+    for cpu in cpus:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        pkg = read_text(f"{base}/physical_package_id")
+        core = read_text(f"{base}/core_id")
+        if isinstance(pkg, Unavailable) or isinstance(core, Unavailable):
+            return len(cpus)
+        cores.add((pkg.strip(), core.strip()))
+    return len(cores) or len(cpus)
+
+
+def _container() -> str | None:
+    if os.path.exists("/run/.containerenv"):
+        return "podman"
+    if os.path.exists("/.dockerenv"):
+        return "docker"
+    env = read_text("/proc/1/environ")
+    if isinstance(env, str) and "container=" in env:
+        return env.split("container=", 1)[1].split("\0", 1)[0] or "container"
+    return None
+
+
+def gather_system(runner: Runner = run_cmd, read_kernel_log: bool = True) -> SystemSnapshot:
+    osr_text = read_text("/etc/os-release")
+    osr = parse_os_release(osr_text) if isinstance(osr_text, str) else {}
+    uname = platform.uname()
+    online = read_text("/sys/devices/system/cpu/online")
+    cpus = list(parse_cpulist(online)) if isinstance(online, str) else list(range(os.cpu_count() or 1))
+    numa = []
+    for node in sorted(
+        glob.glob("/sys/devices/system/node/node[0-9]*"), key=lambda p: int(p.rsplit("node", 1)[1])
+    ):
+        cl = read_text(f"{node}/cpulist")
+        if isinstance(cl, str):
+            numa.append(parse_cpulist(cl))
+    mem = 0
+    meminfo = read_text("/proc/meminfo")
+    if isinstance(meminfo, str):
+        m = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
+        mem = int(m.group(1)) * 1024 if m else 0
+    drv_text = read_text("/proc/driver/nvidia/version")
+    driver: str | Unavailable
+    if isinstance(drv_text, str):
+        driver = parse_driver_version(drv_text) or Unavailable(
+            NOT_FOUND, "unparsable /proc/driver/nvidia/version"
+        )
+    else:
+        driver = Unavailable(
+            NOT_FOUND, "NVIDIA kernel module not loaded (/proc/driver/nvidia/version missing)"
+        )
+    xids: tuple[XidEvent, ...] | Unavailable = ()
+    source = "not read"
+    if read_kernel_log:
+        xids, source = read_xids(runner)
+    return SystemSnapshot(
+        hostname=socket.gethostname(),
+        os_id=osr.get("ID", ""),
+        os_version=osr.get("VERSION_ID", ""),
+        os_pretty=osr.get("PRETTY_NAME", uname.system),
+        kernel=uname.release,
+        arch=uname.machine,
+        hostcheck_python=platform.python_version() + f" ({sys.executable})",
+        libc=" ".join(x for x in platform.libc_ver() if x),
+        container=_container(),
+        kernel_build_dir=os.path.isdir(f"/lib/modules/{uname.release}/build"),
+        driver_version=driver,
+        logical_cpus=len(cpus),
+        physical_cores=_physical_cores(cpus),
+        numa_nodes=tuple(numa),
+        mem_total_bytes=mem,
+        xid_events=xids,
+        xid_source=source,
+    )

@@ -1,0 +1,135 @@
+"""The training Python, probed in a child process: torch/CUDA/cuDNN/NCCL, allocator, pillow-simd, threads.
+
+The child runs with the training environment file applied (LD_PRELOAD, MALLOC_CONF, OMP_NUM_THREADS...),
+so what it reports is what a training job launched by gpunode's launchers gets. A hung CUDA init is
+killed by the timeout instead of hanging the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostcheck.gather.base import ERROR, NOT_FOUND, NOT_INSTALLED, TIMEOUT, Unavailable
+
+MARKER = "HOSTCHECK_PROBE_JSON:"
+DEFAULT_VENV = "/opt/gpunode/venv"
+
+
+@dataclass(frozen=True)
+class TorchSnapshot:
+    python: str = ""
+    #: How the Python was chosen: "--python", "fact gpunode_pytorch.venv", "default venv", "hostcheck's own".
+    python_source: str = ""
+    #: Set when the probe could not run at all (Python missing, timeout, crash).
+    error: Unavailable | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def torch(self) -> dict[str, Any]:
+        return self.data.get("torch") or {}
+
+    @property
+    def torch_installed(self) -> bool:
+        return bool(self.torch.get("installed")) and "version" in self.torch
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.data.get("env") or {}
+
+    @property
+    def maps(self) -> dict[str, list[str]]:
+        return self.data.get("maps") or {}
+
+    @property
+    def pillow(self) -> dict[str, Any]:
+        return self.data.get("pillow") or {}
+
+
+def choose_python(explicit: str | None, facts: Any) -> tuple[str, str]:
+    """The training Python: --python, then the venv from local facts, then /opt/gpunode/venv, then ours."""
+    if explicit:
+        return explicit, "--python"
+    for role in ("gpunode_pytorch", "gpunode_tuning"):
+        venv = facts.get(role, "venv") if facts is not None else None
+        if venv and os.path.exists(os.path.join(venv, "bin", "python")):
+            return os.path.join(venv, "bin", "python"), f"fact {role}.venv"
+    if os.path.exists(os.path.join(DEFAULT_VENV, "bin", "python")):
+        return os.path.join(DEFAULT_VENV, "bin", "python"), "default venv"
+    return sys.executable, "hostcheck's own Python"
+
+
+def probe_source() -> str:
+    with open(os.path.join(os.path.dirname(__file__), "_probe.py"), encoding="utf-8") as f:
+        return f.read()
+
+
+def gather_torch(
+    python: str,
+    python_source: str = "",
+    env_overrides: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+    with_torch: bool = True,
+) -> TorchSnapshot:
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return TorchSnapshot(
+            python=python,
+            python_source=python_source,
+            error=Unavailable(NOT_FOUND, f"training Python {python} not found or not executable"),
+        )
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if not with_torch:
+        env["HOSTCHECK_PROBE_NO_TORCH"] = "1"
+    start = time.monotonic()
+    try:
+        p = subprocess.run(
+            [python, "-c", probe_source()],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            cwd="/",
+            check=False,
+            errors="replace",
+        )
+    except subprocess.TimeoutExpired:
+        return TorchSnapshot(
+            python=python,
+            python_source=python_source,
+            error=Unavailable(
+                TIMEOUT, f"probe in {python} did not finish in {timeout_s:g} s (hung CUDA init?)"
+            ),
+            wall_s=time.monotonic() - start,
+        )
+    except OSError as exc:
+        return TorchSnapshot(python=python, python_source=python_source, error=Unavailable(ERROR, str(exc)))
+    wall = time.monotonic() - start
+    return parse_probe_output(p.returncode, p.stdout, p.stderr, python, python_source, wall)
+
+
+def parse_probe_output(
+    rc: int, stdout: str, stderr: str, python: str, python_source: str = "", wall_s: float = 0.0
+) -> TorchSnapshot:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                data = json.loads(line[len(MARKER) :])
+            except ValueError:
+                break
+            return TorchSnapshot(python=python, python_source=python_source, data=data, wall_s=wall_s)
+    tail = (stderr.strip().splitlines() or [f"exit {rc}"])[-1][:300]
+    kind = NOT_INSTALLED if "No module named" in tail else ERROR
+    return TorchSnapshot(
+        python=python,
+        python_source=python_source,
+        error=Unavailable(kind, f"probe in {python} failed (exit {rc}): {tail}"),
+        wall_s=wall_s,
+    )

@@ -1,0 +1,241 @@
+"""Checks registry: stable ids, statuses, frozen results and a runner with a per-check timeout.
+
+A check is a small pure function ``fn(snapshot) -> Outcome`` registered with :func:`check`. It judges
+gathered data only; gathering lives in :mod:`hostcheck.gather`, scoring in :mod:`hostcheck.score`.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+CATEGORIES = ("system", "gpu", "torch", "tuning", "workload")
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+    @property
+    def severity(self) -> int:
+        """0 pass/skip, 1 warn, 2 fail/error (errors count as failures: the node could not be verified)."""
+        return {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "error": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a judging function returns; the runner adds the check's identity to make a Result."""
+
+    status: Status
+    message: str
+    value: Any = None
+    unit: str | None = None
+    expected: Any = None
+    hint: str | None = None
+    details: tuple[str, ...] = ()
+
+
+def passed(message: str, **kw: Any) -> Outcome:
+    return Outcome(Status.PASS, message, **kw)
+
+
+def warned(message: str, **kw: Any) -> Outcome:
+    return Outcome(Status.WARN, message, **kw)
+
+
+def failed(message: str, **kw: Any) -> Outcome:
+    return Outcome(Status.FAIL, message, **kw)
+
+
+def skipped(message: str, **kw: Any) -> Outcome:
+    return Outcome(Status.SKIP, message, **kw)
+
+
+def errored(message: str, **kw: Any) -> Outcome:
+    return Outcome(Status.ERROR, message, **kw)
+
+
+@dataclass(frozen=True)
+class Result:
+    id: str
+    title: str
+    category: str
+    weight: float
+    status: Status
+    message: str
+    value: Any = None
+    unit: str | None = None
+    expected: Any = None
+    hint: str | None = None
+    details: tuple[str, ...] = ()
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "category": self.category,
+            "weight": self.weight,
+            "status": self.status.value,
+            "message": self.message,
+            "value": _jsonable(self.value),
+            "unit": self.unit,
+            "expected": _jsonable(self.expected),
+            "hint": self.hint,
+            "details": list(self.details),
+            "duration_s": round(self.duration_s, 4),
+        }
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str
+    category: str
+    weight: float
+    fn: Callable[[Any], Outcome] = field(compare=False, repr=False)
+    #: Gatherers this check reads ("system", "nvml", "torch", "tuning", "facts"); only those run.
+    needs: frozenset[str] = frozenset()
+    timeout_s: float | None = None
+    #: Workload checks run GPU jobs; ``--quick`` leaves them out.
+    workload: bool = False
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def check(
+    id: str,
+    title: str,
+    *,
+    weight: float = 1.0,
+    needs: tuple[str, ...] = (),
+    timeout_s: float | None = None,
+) -> Callable[[Callable[[Any], Outcome]], Callable[[Any], Outcome]]:
+    """Register ``fn`` as check ``id`` (``<category>.E<nnn>``, stable forever once released)."""
+    category = id.split(".", 1)[0]
+    if category not in CATEGORIES:
+        raise ValueError(f"check id {id!r}: category must be one of {CATEGORIES}")
+
+    def deco(fn: Callable[[Any], Outcome]) -> Callable[[Any], Outcome]:
+        if id in REGISTRY:
+            raise ValueError(f"duplicate check id {id}")
+        REGISTRY[id] = Check(
+            id=id,
+            title=title,
+            category=category,
+            weight=weight,
+            fn=fn,
+            needs=frozenset(needs),
+            timeout_s=timeout_s,
+            workload=category == "workload",
+        )
+        return fn
+
+    return deco
+
+
+def all_checks() -> list[Check]:
+    import hostcheck.checks  # noqa: F401  (registers the built-in checks)
+
+    return sorted(REGISTRY.values(), key=lambda c: (CATEGORIES.index(c.category), c.id))
+
+
+def select(
+    checks: list[Check], only: list[str] | None = None, skip: list[str] | None = None, quick: bool = False
+) -> list[Check]:
+    """Filter by id or category (``gpu``, ``gpu.E003``); unknown selectors raise ValueError."""
+
+    def matches(c: Check, sel: str) -> bool:
+        return sel == c.category or sel.lower() == c.id.lower()
+
+    for sel in (only or []) + (skip or []):
+        if sel not in CATEGORIES and not any(matches(c, sel) for c in checks):
+            raise ValueError(f"unknown check id or category: {sel!r} (see --list)")
+    out = [c for c in checks if not (quick and c.workload)]
+    if only:
+        out = [c for c in out if any(matches(c, s) for s in only)]
+    if skip:
+        out = [c for c in out if not any(matches(c, s) for s in skip)]
+    return out
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
+    """Run ``fn`` in a daemon thread; return (finished, value-or-exception).
+
+    A hung call (a stuck NVML or CUDA call) is abandoned, not killed: the daemon thread cannot keep
+    the process alive at exit.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # the thread must never die silently
+            box["exc"] = exc
+            box["tb"] = traceback.format_exc()
+
+    t = threading.Thread(target=target, daemon=True, name="hostcheck-call")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return False, None
+    if "exc" in box:
+        return True, box["exc"]
+    return True, box.get("value")
+
+
+def run_check(c: Check, snapshot: Any, default_timeout_s: float = 30.0) -> Result:
+    timeout = c.timeout_s or default_timeout_s
+    start = time.monotonic()
+    finished, value = call_with_timeout(lambda: c.fn(snapshot), timeout)
+    dur = time.monotonic() - start
+    if not finished:
+        out = errored(
+            f"check timed out after {timeout:g} s",
+            hint="re-run with a longer --timeout; a hung driver call needs the node looked at",
+        )
+    elif isinstance(value, BaseException):
+        out = errored(
+            f"check raised {type(value).__name__}: {value}",
+            hint="this is a hostcheck bug: report it with the --json output",
+        )
+    elif not isinstance(value, Outcome):
+        out = errored(f"check returned {type(value).__name__}, not an Outcome")
+    else:
+        out = value
+    return Result(
+        id=c.id,
+        title=c.title,
+        category=c.category,
+        weight=c.weight,
+        status=out.status,
+        message=out.message,
+        value=out.value,
+        unit=out.unit,
+        expected=out.expected,
+        hint=out.hint,
+        details=tuple(out.details),
+        duration_s=dur,
+    )
+
+
+def run_checks(checks: list[Check], snapshot: Any, default_timeout_s: float = 30.0) -> list[Result]:
+    return [run_check(c, snapshot, default_timeout_s) for c in checks]

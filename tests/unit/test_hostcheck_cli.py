@@ -1,0 +1,282 @@
+"""The command line: exit codes, selection, output formats (parsed, not string-matched)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import xml.etree.ElementTree as ET
+
+import hostcheck_scenarios as S
+import pytest
+
+from hostcheck import SCHEMA_VERSION, cli
+from hostcheck.registry import Check, Outcome, Result, Status, all_checks, passed, run_check, select
+from hostcheck.score import score, verdict
+
+SCHEMA = os.path.join(
+    os.path.dirname(__file__), "..", "..", "docs", "samples", "hostcheck-report.schema.json"
+)
+
+
+@pytest.fixture
+def use_scenario(monkeypatch):
+    """Make the CLI judge a fixture snapshot instead of gathering from this machine."""
+
+    def apply(name_or_snapshot):
+        snap = S.SCENARIOS[name_or_snapshot][0]() if isinstance(name_or_snapshot, str) else name_or_snapshot
+        seen = {}
+
+        def fake_gather(options, needs):
+            seen["options"], seen["needs"] = options, needs
+            return snap
+
+        monkeypatch.setattr("hostcheck.gather.gather", fake_gather)
+        return seen
+
+    return apply
+
+
+def run_json(capsys, *argv):
+    rc = cli.main(["--json", *argv])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_healthy_exit_0_and_json_schema(use_scenario, capsys):
+    use_scenario("healthy_8x_h100")
+    rc, doc = run_json(capsys)
+    assert rc == 0
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert set(doc) >= {"schema_version", "tool", "host", "time", "versions", "checks", "score", "exit_code"}
+    assert doc["score"]["value"] == 100 and doc["score"]["ready"] is True
+    assert doc["versions"]["driver"] == "580.159.04" and doc["versions"]["torch"] == "2.11.0+cu130"
+    assert len(doc["host"]["gpus"]) == 8
+    check = doc["checks"][0]
+    assert set(check) == {
+        "id",
+        "title",
+        "category",
+        "weight",
+        "status",
+        "message",
+        "value",
+        "unit",
+        "expected",
+        "hint",
+        "details",
+        "duration_s",
+    }
+    assert {c["id"] for c in doc["checks"]} == {c.id for c in all_checks()}
+
+
+@pytest.mark.parametrize("name", ["pcie_x8", "no_nvml", "tiny_shm", "driver_too_old"])
+def test_unhealthy_exit_1(use_scenario, capsys, name):
+    use_scenario(name)
+    rc, doc = run_json(capsys)
+    assert rc == 1 and doc["exit_code"] == 1 and not doc["score"]["ready"]
+    assert set(doc["score"]["blocking"]) == S.SCENARIOS[name][1]
+    assert doc["score"]["top_fixes"]
+
+
+def test_fail_level_and_min_score(use_scenario, capsys):
+    snap = S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(0, persistence=0)))  # one warning
+    use_scenario(snap)
+    assert cli.main([]) == 0
+    assert cli.main(["--fail-level", "warn"]) == 1
+    assert cli.main(["--min-score", "100"]) == 1
+    use_scenario("pcie_x8")
+    assert cli.main(["--fail-level", "none"]) == 0
+    capsys.readouterr()
+
+
+def test_only_and_skip_limit_checks_and_gatherers(use_scenario, capsys):
+    seen = use_scenario("pcie_x8")
+    rc, doc = run_json(capsys, "--only", "tuning,gpu.E001")
+    assert rc == 0
+    ids = {c["id"] for c in doc["checks"]}
+    assert "gpu.E001" in ids and all(i.startswith("tuning.") or i == "gpu.E001" for i in ids)
+    assert "nvml" in seen["needs"]
+    rc, doc = run_json(capsys, "--skip", "gpu.E007")
+    assert rc == 0 and "gpu.E007" not in {c["id"] for c in doc["checks"]}
+    rc, doc = run_json(capsys, "--only", "system")
+    assert seen["needs"] <= {"system", "torch", "facts"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--only", "gpu.E999"],
+        ["--bogus"],
+        ["--fail-level", "loud"],
+        ["--expect-gpus", "-1"],
+        ["--min-score", "101"],
+        ["--python", "/nonexistent/python"],
+        ["--prometheus", "/nonexistent-dir/x.prom"],
+    ],
+)
+def test_usage_and_environment_errors_exit_2(argv, use_scenario, capsys):
+    use_scenario("healthy_8x_h100")
+    assert cli.main(argv) == 2
+    assert "hostcheck: error" in capsys.readouterr().err
+
+
+def test_internal_error_exits_2_without_traceback(monkeypatch, capsys):
+    def boom(options, needs):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr("hostcheck.gather.gather", boom)
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert "internal error" in err and "Traceback" not in err
+
+
+def test_list(capsys):
+    assert cli.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(c.id in out for c in all_checks())
+
+
+def test_options_reach_the_gatherers(use_scenario, capsys, tmp_path):
+    seen = use_scenario("healthy_8x_h100")
+    cli.main(["--expect-gpus", "8", "--facts-dir", str(tmp_path), "--torch-timeout", "5"])
+    o = seen["options"]
+    assert (o.expect_gpus, o.facts_dir, o.torch_timeout_s) == (8, str(tmp_path), 5)
+    capsys.readouterr()
+
+
+def test_prometheus_and_junit_files(use_scenario, capsys, tmp_path):
+    use_scenario("pcie_x8")
+    prom, junit = tmp_path / "hostcheck.prom", tmp_path / "junit.xml"
+    assert cli.main(["--prometheus", str(prom), "--junit", str(junit)]) == 1
+    capsys.readouterr()
+    samples = {}
+    for line in prom.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            samples[name_labels] = float(value)
+    status = {k: v for k, v in samples.items() if k.startswith("hostcheck_check_status{")}
+    assert len(status) == len(all_checks())
+    assert any('check="gpu.E007"' in k and v == 2 for k, v in status.items())
+    assert 0 < samples["hostcheck_score"] < 100
+    assert samples['hostcheck_ready{fail_level="fail"}'] == 0
+    root = ET.parse(junit).getroot()
+    assert int(root.get("failures")) == 1 and int(root.get("tests")) == len(all_checks())
+    failed = [tc.get("name") for tc in root.iter("testcase") if tc.find("failure") is not None]
+    assert failed[0].startswith("gpu.E007")
+
+
+def test_text_report_has_no_colour_when_not_a_tty(use_scenario, capsys):
+    use_scenario("pcie_x8")
+    cli.main([])
+    out = capsys.readouterr().out
+    assert "\033[" not in out
+    cli.main(["--color", "always"])
+    assert "\033[" in capsys.readouterr().out
+
+
+def test_score_formula():
+    def r(status, weight):
+        return Result("x.E1", "t", "gpu", weight, status, "")
+
+    assert score([r(Status.PASS, 10), r(Status.WARN, 2), r(Status.FAIL, 8), r(Status.SKIP, 100)]) == 55
+    assert score([r(Status.ERROR, 1), r(Status.PASS, 3)]) == 75
+    assert score([r(Status.SKIP, 1)]) is None
+    v = verdict([r(Status.PASS, 1), r(Status.ERROR, 1)])
+    assert not v.ready and v.blocking == ("x.E1",)
+
+
+def test_check_timeout_and_crash_become_error_results():
+    def slow(_s):
+        time.sleep(2)
+        return passed("late")
+
+    def crash(_s):
+        raise KeyError("boom")
+
+    r = run_check(Check("gpu.E900", "slow", "gpu", 1, slow, timeout_s=0.1), None)
+    assert r.status == Status.ERROR and "timed out" in r.message
+    r = run_check(Check("gpu.E901", "crash", "gpu", 1, crash), None)
+    assert r.status == Status.ERROR and "KeyError" in r.message
+    r = run_check(Check("gpu.E902", "bad", "gpu", 1, lambda s: "nope"), None)
+    assert r.status == Status.ERROR
+
+
+def test_quick_leaves_out_workload_checks():
+    fake = [
+        Check("gpu.E001", "a", "gpu", 1, lambda s: Outcome(Status.PASS, "")),
+        Check("workload.E001", "w", "workload", 1, lambda s: Outcome(Status.PASS, ""), workload=True),
+    ]
+    assert [c.id for c in select(fake, quick=True)] == ["gpu.E001"]
+    assert [c.id for c in select(fake, only=["workload"])] == ["workload.E001"]
+
+
+def test_every_check_has_stable_unique_id_and_weight():
+    checks = all_checks()
+    assert len({c.id for c in checks}) == len(checks)
+    for c in checks:
+        assert c.id.split(".")[0] == c.category and c.weight > 0 and c.needs
+
+
+def test_list_json(capsys):
+    assert cli.main(["--list", "--json", "--only", "gpu"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert {c["category"] for c in doc["checks"]} == {"gpu"}
+
+
+@pytest.mark.parametrize("name", ["healthy_8x_h100", "no_nvml", "no_gpu", "arch_not_in_torch"])
+def test_json_matches_the_documented_schema(use_scenario, capsys, name):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema_path = SCHEMA
+    with open(schema_path, encoding="utf-8") as f:
+        schema = json.load(f)
+    use_scenario(name)
+    _rc, doc = run_json(capsys)
+    jsonschema.validate(doc, schema)
+
+
+def test_committed_json_samples_match_the_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
+    with open(SCHEMA, encoding="utf-8") as f:
+        schema = json.load(f)
+    samples = [
+        n for n in os.listdir(os.path.join(docs, "samples")) if n.endswith(".json") and "schema" not in n
+    ]
+    assert samples
+    for name in samples:
+        with open(os.path.join(docs, "samples", name), encoding="utf-8") as f:
+            jsonschema.validate(json.load(f), schema)
+
+
+def test_extra_gatherer_and_workload_check_plug_in(monkeypatch, capsys):
+    """The extension point the workload checks use: a registered gatherer and a workload.* check."""
+    from hostcheck import registry
+    from hostcheck.gather import EXTRA_GATHERERS, Options, gather, register_gatherer
+
+    seen = {}
+
+    def fake_workload(options, parts):
+        seen["parts"] = set(parts)
+        return {"tflops": 780.0}
+
+    def judge_it(s):
+        return passed("fast", value=s.extra["workload_test"]["tflops"], unit="TFLOP/s")
+
+    monkeypatch.setitem(EXTRA_GATHERERS, "workload_test", None)
+    register_gatherer("workload_test", fake_workload, timeout_s=5)
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+    registry.check("workload.E900", "Fake matmul", needs=("workload_test",))(judge_it)
+    snap = gather(Options(), {"workload_test"})
+    assert snap.extra["workload_test"] == {"tflops": 780.0} and "facts" in seen["parts"]
+    checks = select(all_checks(), only=["workload"])
+    assert [c.id for c in checks] == ["workload.E900"] and checks[0].workload
+    assert select(all_checks(), quick=True) == [c for c in all_checks() if c.category != "workload"]
+    results = {r.id: r for r in cli.evaluate(snap, checks)[0]}
+    assert results["workload.E900"].value == 780.0
+
+
+def test_help_and_version_return_0(capsys):
+    assert cli.main(["--help"]) == 0
+    assert cli.main(["--version"]) == 0
+    assert "hostcheck" in capsys.readouterr().out

@@ -1,0 +1,212 @@
+"""Gathering: pure parsers from recorded text, injected runners, the torch probe as a real child process."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from datetime import datetime, timezone
+
+import pytest
+
+from hostcheck.checks.torch import arch_covered
+from hostcheck.gather.base import CmdResult, Unavailable, run_cmd
+from hostcheck.gather.facts import gather_facts
+from hostcheck.gather.nvml import gather_nvml, normalise_bus_id, nvml_unavailable
+from hostcheck.gather.system import (
+    parse_cpulist,
+    parse_driver_version,
+    parse_os_release,
+    parse_xid_lines,
+    read_xids,
+)
+from hostcheck.gather.torchinfo import choose_python, gather_torch, parse_probe_output
+from hostcheck.gather.tuning import parse_env_file, parse_thp, services_state, shm_size
+
+NOW = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
+
+
+def test_parse_xid_lines_window_and_fields():
+    log = "\n".join(
+        [
+            "2026-11-23T02:30:01,123456+00:00 kernel: NVRM: Xid (PCI:0000:2a:00): 79, pid=1234, name=python, "
+            "GPU has fallen off the bus.",
+            "2026-11-22T20:00:00+00:00 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=1, DBE",  # older than 2 h
+            "2026-11-23T02:59:00+0000 host kernel: NVRM: Xid (PCI:0000:DB:00): 13, pid=77, Graphics Exception",
+            "2026-11-23T02:59:00+00:00 kernel: unrelated line",
+        ]
+    )
+    ev = parse_xid_lines(log, now=NOW)
+    assert [(e.pci, e.xid) for e in ev] == [("0000:2a:00", 79), ("0000:db:00", 13)]
+
+
+def test_read_xids_falls_back_to_dmesg_and_reports_unreadable():
+    calls = []
+
+    def runner(argv, timeout):
+        calls.append(argv[0])
+        if argv[0] == "journalctl":
+            return CmdResult(1, "", "No journal files were found.")
+        return CmdResult(1, "", "dmesg: read kernel buffer failed: Operation not permitted")
+
+    events, _source = read_xids(runner)
+    assert calls == ["journalctl", "dmesg"]
+    assert isinstance(events, Unavailable) and "Operation not permitted" in events.reason
+
+
+def test_parse_os_release_and_driver_version():
+    osr = parse_os_release('PRETTY_NAME="Ubuntu 24.04.3 LTS"\nID=ubuntu\nVERSION_ID="24.04"\n')
+    assert osr["ID"] == "ubuntu" and osr["VERSION_ID"] == "24.04"
+    text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 30 2025\nGCC version: gcc 13"
+    assert parse_driver_version(text) == "580.159.04"
+    open_text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build"
+    assert parse_driver_version(open_text) == "580.95.05"
+
+
+def test_parse_cpulist_and_thp():
+    assert parse_cpulist("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)
+    assert parse_thp("always [madvise] never\n") == "madvise"
+
+
+def test_parse_env_file():
+    text = "# gpunode\nLD_PRELOAD=/usr/lib/libtcmalloc.so.4\nexport OMP_NUM_THREADS=14\nMALLOC_CONF='a:1'\n\n;x\n"
+    assert parse_env_file(text) == {
+        "LD_PRELOAD": "/usr/lib/libtcmalloc.so.4",
+        "OMP_NUM_THREADS": "14",
+        "MALLOC_CONF": "a:1",
+    }
+
+
+def test_services_state_with_injected_runner():
+    answers = {
+        ("is-enabled", "packagekit"): CmdResult(0, "masked\n", ""),
+        ("is-active", "packagekit"): CmdResult(3, "inactive\n", ""),
+        ("is-enabled", "foo"): CmdResult(
+            4, "", "Failed to get unit file state for foo.service: No such file"
+        ),
+        ("is-active", "foo"): CmdResult(3, "inactive\n", ""),
+    }
+    st = services_state(("packagekit", "foo"), runner=lambda argv, t: answers[(argv[1], argv[2])])
+    assert [(s.name, s.enabled, s.active) for s in st] == [
+        ("packagekit", "masked", "inactive"),
+        ("foo", "not-found", "inactive"),
+    ]
+
+
+def test_run_cmd_missing_binary_is_a_value():
+    r = run_cmd(["/nonexistent/hostcheck-nope"], 1)
+    assert isinstance(r, Unavailable) and r.kind == "not_installed"
+
+
+def test_shm_size_of_a_real_path(tmp_path):
+    assert isinstance(shm_size(str(tmp_path)), int)
+    assert isinstance(shm_size(str(tmp_path / "missing")), Unavailable)
+
+
+def test_facts_valid_invalid_and_missing(tmp_path):
+    (tmp_path / "gpunode_driver.fact").write_text('{"expected_gpu_count": 8}')
+    (tmp_path / "gpunode_tuning.fact").write_text("not json")
+    facts = gather_facts(str(tmp_path))
+    assert facts.get("gpunode_driver", "expected_gpu_count") == 8
+    assert "gpunode_tuning" in facts.errors and "gpunode_tuning" not in facts.roles
+    assert "gpunode_pytorch" not in facts.roles and "gpunode_pytorch" not in facts.errors
+
+
+def test_nvml_error_mapping_and_bus_id():
+    class E(Exception):
+        value = 15
+
+    assert nvml_unavailable(E()).kind == "gpu_lost"
+    assert nvml_unavailable(RuntimeError("x")).kind == "error"
+    assert normalise_bus_id(b"00000000:2A:00.0") == "0000:2a:00.0"
+
+
+def test_gather_nvml_without_pynvml():
+    def loader():
+        raise ImportError("No module named 'pynvml'")
+
+    snap = gather_nvml(loader=loader, fallback=None)
+    assert not snap.ok and snap.error.kind == "not_installed" and "nvidia-ml-py" in snap.error.reason
+
+
+def test_gather_nvml_with_real_pynvml_on_this_machine_never_raises():
+    pytest.importorskip("pynvml")
+    snap = gather_nvml()  # no driver here: a value saying so; on a GPU node: real GPUs
+    assert snap.ok or snap.error.reason
+
+
+@pytest.mark.parametrize(
+    ("cap", "archs", "kind"),
+    [
+        ((9, 0), ["sm_80", "sm_90"], "sass"),
+        ((8, 9), ["sm_80", "sm_86"], "sass"),
+        ((9, 0), ["sm_80", "compute_80"], "ptx"),
+        ((9, 0), ["sm_80", "sm_86"], "none"),
+        ((10, 0), ["sm_90a", "sm_90"], "none"),
+        ((9, 0), ["sm_90a"], "sass"),
+        ((12, 0), ["sm_100", "compute_120"], "ptx"),
+    ],
+)
+def test_arch_covered(cap, archs, kind):
+    assert arch_covered(cap, archs)[0] == kind
+
+
+def test_probe_output_parsing_ignores_noise():
+    out = 'warning: something\nHOSTCHECK_PROBE_JSON:{"python": "3.12.3", "torch": {"installed": false}}\n'
+    snap = parse_probe_output(0, out, "", "/py")
+    assert snap.error is None and snap.data["python"] == "3.12.3" and not snap.torch_installed
+    bad = parse_probe_output(1, "", "Traceback...\nSyntaxError: invalid syntax", "/py")
+    assert bad.error is not None and "SyntaxError" in bad.error.reason
+
+
+def test_probe_runs_in_a_child_python_with_the_training_env():
+    snap = gather_torch(
+        sys.executable, "test", {"OMP_NUM_THREADS": "3", "MALLOC_CONF": "x:1"}, 30, with_torch=False
+    )
+    assert snap.error is None, snap.error
+    assert snap.env["OMP_NUM_THREADS"] == "3" and snap.env["MALLOC_CONF"] == "x:1"
+    assert snap.data["python"].count(".") == 2
+    assert set(snap.data["rlimits"]) == {"memlock", "nofile"}
+    assert "tcmalloc" in snap.maps
+
+
+def test_probe_missing_python_and_timeout(tmp_path):
+    missing = gather_torch(str(tmp_path / "nope" / "python"))
+    assert missing.error is not None and missing.error.kind == "not_found"
+    slow = tmp_path / "python"
+    slow.write_text("#!/bin/sh\nexec sleep 5\n")
+    slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
+    snap = gather_torch(str(slow), timeout_s=0.3)
+    assert snap.error is not None and snap.error.kind == "timeout"
+
+
+def test_choose_python(tmp_path):
+    from hostcheck.gather.facts import Facts
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text("")
+    facts = Facts(roles={"gpunode_pytorch": {"venv": str(venv)}})
+    assert choose_python("/x/python", facts) == ("/x/python", "--python")
+    assert choose_python(None, facts) == (str(py), "fact gpunode_pytorch.venv")
+    path, source = choose_python(None, Facts(roles={}))
+    assert os.path.isabs(path) and source
+
+
+def test_read_xids_prefers_journal_and_falls_back_when_it_is_empty():
+    xid = "2026-11-23T02:59:00+00:00 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, fell off the bus\n"
+
+    def runner(argv, timeout):
+        if argv[0] == "journalctl":
+            return CmdResult(0, "", "")  # journald running but keeps no kernel messages
+        return CmdResult(0, xid, "")
+
+    events, source = read_xids(runner)
+    assert source.startswith("dmesg") and len(events) in (0, 1)  # dmesg's window is relative to now
+
+    def journal(argv, timeout):
+        return CmdResult(0, xid, "") if argv[0] == "journalctl" else CmdResult(1, "", "denied")
+
+    events, source = read_xids(journal)
+    assert source.startswith("journalctl")

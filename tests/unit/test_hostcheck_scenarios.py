@@ -1,0 +1,410 @@
+"""Whole-node scenarios judged from fixtures: assert on results (status, value), never on printed text."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hostcheck_scenarios as S
+import pytest
+
+from hostcheck.cli import evaluate
+from hostcheck.gather import Options
+from hostcheck.gather.base import NOT_FOUND, Unavailable
+from hostcheck.gather.nvml import gather_nvml
+from hostcheck.registry import Status, all_checks
+
+BAD = (Status.FAIL, Status.ERROR)
+
+
+def judge(snapshot, **kw):
+    results, verdict = evaluate(snapshot, all_checks(), **kw)
+    return {r.id: r for r in results}, verdict
+
+
+def bad_ids(results):
+    return {i for i, r in results.items() if r.status in BAD}
+
+
+@pytest.mark.parametrize("name", sorted(S.SCENARIOS))
+def test_scenario_fails_exactly_the_expected_checks(name):
+    factory, expected_fails = S.SCENARIOS[name]
+    results, verdict = judge(factory())
+    assert bad_ids(results) == expected_fails
+    assert verdict.ready is (not expected_fails)
+    for rid in expected_fails:
+        assert results[rid].hint, f"{rid} must name a fix"
+
+
+def test_healthy_node_scores_100_and_is_ready(healthy):
+    results, verdict = judge(healthy)
+    assert verdict.score == 100 and verdict.ready
+    statuses = {r.status for r in results.values()}
+    assert statuses <= {Status.PASS, Status.SKIP}
+    assert results["gpu.E006"].status == Status.SKIP  # H100: page retirement replaced by row remapping
+    assert results["gpu.E002"].value == 8 and results["gpu.E002"].expected == 8
+    assert results["torch.E003"].value == "sm_90"
+    assert results["tuning.E005"].value == 14
+
+
+def test_one_gpu_missing_reports_count(scenarios):
+    results, _ = judge(S.SCENARIOS["one_gpu_missing"][0]())
+    r = results["gpu.E002"]
+    assert (r.value, r.expected) == (7, 8)
+
+
+def test_expect_gpus_option_overrides_facts():
+    snap = S.make_snapshot(options=Options(expect_gpus=4))
+    results, _ = judge(snap)
+    assert results["gpu.E002"].status == Status.WARN and results["gpu.E002"].expected == 4
+
+
+def test_no_gpu_without_expectation_still_fails():
+    facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_driver"}
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=[]), facts=facts))
+    assert results["gpu.E002"].status == Status.FAIL and results["gpu.E002"].value == 0
+    for rid in ("gpu.E003", "gpu.E004", "gpu.E005", "gpu.E007", "gpu.E009"):
+        assert results[rid].status == Status.SKIP
+
+
+def test_pcie_x8_names_the_gpu():
+    results, _ = judge(S.SCENARIOS["pcie_x8"][0]())
+    r = results["gpu.E007"]
+    assert r.status == Status.FAIL and "GPU 3" in r.message and "x8" in r.message
+
+
+def test_pcie_gen_below_max_is_only_a_warning():
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(1, pcie=(1, 5, 16, 16)))))
+    assert results["gpu.E007"].status == Status.WARN
+
+
+def test_ecc_aggregate_only_warns():
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(0, ecc_unc_aggregate=2))))
+    assert results["gpu.E004"].status == Status.WARN
+
+
+def test_row_remap_failure_fails():
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(6, remap=(0, 0, 0, 1)))))
+    assert results["gpu.E005"].status == Status.FAIL
+
+
+@pytest.mark.parametrize(
+    ("reasons", "status"),
+    [
+        (0x0, Status.PASS),
+        (0x4, Status.PASS),
+        (0x20, Status.WARN),
+        (0x8, Status.FAIL),
+        (0x40, Status.FAIL),
+        (0x80, Status.FAIL),
+    ],
+)
+def test_clock_event_reasons(reasons, status):
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(4, reasons=reasons))))
+    assert results["gpu.E008"].status == status
+
+
+@pytest.mark.parametrize(("temp", "status"), [(79, Status.PASS), (80, Status.WARN), (84, Status.FAIL)])
+def test_temperature_band(temp, status):
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(0, temp=temp))))
+    assert results["gpu.E009"].status == status
+    assert results["gpu.E009"].value == max(temp, 41)
+
+
+def test_persistence_off_warns():
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(0, persistence=0))))
+    assert results["gpu.E010"].status == Status.WARN
+    assert "gpunode_driver_persistence_enabled" in results["gpu.E010"].hint
+
+
+def test_foreign_process_warns():
+    results, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(2, procs=[4242]))))
+    r = results["gpu.E012"]
+    assert r.status == Status.WARN and "4242" in r.message
+
+
+@pytest.mark.parametrize(("xid", "status"), [(79, Status.FAIL), (48, Status.FAIL), (13, Status.WARN)])
+def test_xid_events(xid, status):
+    from hostcheck.gather.system import XidEvent
+
+    ev = (XidEvent(pci="0000:2a:00", xid=xid, text="pid=1, something"),)
+    results, _ = judge(S.make_snapshot(system=S.h100_system(xid_events=ev)))
+    r = results["gpu.E011"]
+    assert r.status == status and r.value == 1
+    assert r.details[0].startswith("GPU 1:")
+
+
+def test_unreadable_kernel_log_skips_xid():
+    sysm = S.h100_system(xid_events=Unavailable("no_permission", "dmesg: read kernel buffer failed"))
+    results, _ = judge(S.make_snapshot(system=sysm))
+    assert results["gpu.E011"].status == Status.SKIP
+
+
+def test_driver_too_old_is_fail_with_driver_fix():
+    results, _ = judge(S.SCENARIOS["driver_too_old"][0]())
+    r = results["torch.E002"]
+    assert r.status == Status.FAIL and r.value == "13.0"
+    assert "gpunode_driver" in r.hint
+
+
+def test_torch_cuda_minor_newer_than_driver_warns():
+    snap = S.make_snapshot(probe=S.h100_probe(torch={"cuda": "12.8"}), nvml=S.FakeNvml(cuda=12040))
+    results, _ = judge(snap)
+    assert results["torch.E002"].status == Status.WARN
+
+
+def test_cpu_only_torch_fails():
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(torch={"cuda": None, "cuda_available": False})))
+    assert results["torch.E002"].status == Status.FAIL
+    assert results["torch.E004"].status == Status.FAIL
+    assert results["torch.E003"].status == Status.SKIP
+
+
+def test_arch_only_as_ptx_warns():
+    probe = S.h100_probe(torch={"arch_list": ["sm_70", "sm_80", "compute_80"]})
+    results, _ = judge(S.make_snapshot(probe=probe))
+    assert results["torch.E003"].status == Status.WARN
+
+
+def test_torch_not_installed():
+    probe = S.h100_probe()
+    probe["torch"] = {"installed": False, "error": "No module named 'torch'"}
+    results, _ = judge(S.make_snapshot(probe=probe))
+    assert results["torch.E001"].status == Status.FAIL
+    assert "gpunode_pytorch_index: cu130" in results["torch.E001"].hint
+    for rid in ("torch.E002", "torch.E003", "torch.E004", "torch.E005", "torch.E006"):
+        assert results[rid].status == Status.SKIP
+
+
+def test_probe_timeout_is_error_not_traceback():
+    snap = S.make_snapshot(torch_error=Unavailable("timeout", "probe did not finish in 90 s"))
+    results, _ = judge(snap)
+    assert results["torch.E001"].status == Status.ERROR
+    assert results["tuning.E002"].status == Status.SKIP
+
+
+def test_torch_version_differs_from_fact():
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(torch={"version": "2.9.1+cu128", "cuda": "12.8"})))
+    assert results["torch.E006"].status == Status.FAIL
+
+
+def test_tiny_shm_fails_and_names_role_variable():
+    results, _ = judge(S.SCENARIOS["tiny_shm"][0]())
+    r = results["tuning.E001"]
+    assert r.status == Status.FAIL and r.value == 64 << 20 and r.expected == 64 << 30
+    assert "gpunode_tuning_shm_size: 64G" in r.hint and "--tags shm" in r.hint
+
+
+def test_tiny_shm_without_facts_fails_below_1g():
+    facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
+    results, _ = judge(S.make_snapshot(tuning=S.h100_tuning(shm_bytes=64 << 20), facts=facts))
+    assert results["tuning.E001"].status == Status.FAIL
+
+
+def test_no_allocator_without_facts_only_warns():
+    factory, _ = S.SCENARIOS["no_allocator"]
+    snap = factory()
+    facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
+    results, _ = judge(dataclasses.replace(snap, facts=S.make_snapshot(facts=facts).facts))
+    assert results["tuning.E002"].status == Status.WARN
+
+
+def test_allocator_installed_but_not_preloaded():
+    probe = S.h100_probe(env={"OMP_NUM_THREADS": "14"}, maps={"jemalloc": [], "tcmalloc": []}, symbols={})
+    results, _ = judge(S.make_snapshot(probe=probe))
+    r = results["tuning.E002"]
+    assert r.status == Status.FAIL and "installed" in r.message and r.value == "glibc"
+
+
+def test_jemalloc_default_settings_warns():
+    jem = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    facts = S.h100_facts()
+    facts["gpunode_tuning"]["allocator"] = "jemalloc"
+    probe = S.h100_probe(
+        env={"LD_PRELOAD": jem}, maps={"jemalloc": [jem], "tcmalloc": []}, symbols={"mallctl": True}
+    )
+    results, _ = judge(S.make_snapshot(probe=probe, facts=facts))
+    assert results["tuning.E002"].status == Status.WARN
+
+
+def test_pillow_simd_overwritten_by_pillow():
+    pillow = {"pillow-simd": "9.5.0.post2", "Pillow": "11.3.0", "PIL": "11.3.0", "libjpeg_turbo": "3.1.0"}
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(pillow=pillow)))
+    r = results["tuning.E003"]
+    assert r.status == Status.FAIL and "--force-reinstall --no-deps pillow-simd" in r.hint
+
+
+def test_omp_oversubscribed_values():
+    results, _ = judge(S.SCENARIOS["omp_oversubscribed"][0]())
+    r = results["tuning.E005"]
+    assert r.status == Status.FAIL and r.value == 28
+    assert "gpunode_tuning_omp_num_threads: 14" in r.hint
+
+
+def test_omp_unset_on_multi_gpu_warns():
+    facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
+    probe = S.h100_probe(env={"LD_PRELOAD": S.TCMALLOC})
+    results, _ = judge(S.make_snapshot(probe=probe, facts=facts))
+    assert results["tuning.E005"].status == Status.WARN
+
+
+def test_omp_differs_from_fact_fails():
+    results, _ = judge(
+        S.make_snapshot(probe=S.h100_probe(env={"LD_PRELOAD": S.TCMALLOC, "OMP_NUM_THREADS": "8"}))
+    )
+    assert results["tuning.E005"].status == Status.FAIL
+
+
+def test_services_back_on_fails_when_role_disabled_them():
+    from hostcheck.gather.tuning import ServiceState
+
+    tuning = S.h100_tuning(services=(ServiceState("packagekit", "enabled", "active"),))
+    results, _ = judge(S.make_snapshot(tuning=tuning))
+    assert results["tuning.E006"].status == Status.FAIL
+
+
+def test_governor_thp_limits_intent_vs_reality():
+    tuning = S.h100_tuning(
+        governors={"powersave": 224}, thp="never", rlimits={"memlock": (65536, 65536), "nofile": (1024, 4096)}
+    )
+    probe = S.h100_probe(rlimits={"memlock": [65536, 65536], "nofile": [1024, 4096]})
+    results, _ = judge(S.make_snapshot(tuning=tuning, probe=probe))
+    assert results["tuning.E007"].status == Status.FAIL
+    assert results["tuning.E008"].status == Status.FAIL
+    assert results["tuning.E009"].status == Status.FAIL and results["tuning.E009"].value == 65536
+    assert results["tuning.E010"].status == Status.FAIL and results["tuning.E010"].expected == ">= 1048576"
+    facts = S.h100_facts()
+    del facts["gpunode_tuning"]["limits"]
+    results, _ = judge(S.make_snapshot(tuning=tuning, probe=probe, facts=facts))
+    assert results["tuning.E009"].status == Status.WARN and results["tuning.E010"].status == Status.WARN
+
+
+def test_fact_values_as_strings_are_understood():
+    facts = S.h100_facts()
+    facts["gpunode_tuning"].update(
+        omp_num_threads="14", shm_size_bytes=str(64 << 30), numa_nodes="2", pillow_simd="True"
+    )
+    results, verdict = judge(S.make_snapshot(facts=facts))
+    assert verdict.ready and verdict.score == 100
+    facts["gpunode_tuning"]["omp_num_threads"] = 0  # "auto" in the role: no intent to compare
+    results, _ = judge(S.make_snapshot(facts=facts))
+    assert results["tuning.E005"].status == Status.PASS
+
+
+def test_numa_placement_differs_from_fact():
+    facts = S.h100_facts()
+    facts["gpunode_tuning"]["gpu_numa"]["0000:18:00.0"] = 1
+    results, _ = judge(S.make_snapshot(facts=facts))
+    assert results["tuning.E004"].status == Status.FAIL
+
+
+def test_missing_env_file_recorded_by_role_fails():
+    tuning = S.h100_tuning(env=Unavailable(NOT_FOUND, "/etc/gpunode/training.env does not exist"))
+    results, _ = judge(S.make_snapshot(tuning=tuning))
+    assert results["tuning.E011"].status == Status.FAIL
+
+
+def test_no_nvml_python_module_with_driver_is_error():
+    def loader():
+        raise ImportError("No module named 'pynvml'")
+
+    snap = dataclasses.replace(S.make_snapshot(), nvml=gather_nvml(loader=loader, fallback=None))
+    results, verdict = judge(snap)
+    assert results["gpu.E001"].status == Status.ERROR
+    assert "nvidia-ml-py" in results["gpu.E001"].hint
+    assert results["gpu.E004"].status == Status.SKIP
+    assert not verdict.ready
+
+
+def test_driver_library_mismatch():
+    snap = S.make_snapshot(nvml=S.FakeNvml(init_error=S.MISMATCH))
+    results, _ = judge(snap)
+    assert results["gpu.E001"].status == Status.FAIL and "reboot" in results["gpu.E001"].hint
+
+
+def test_kmod_and_nvml_versions_differ():
+    results, _ = judge(S.make_snapshot(system=S.h100_system(driver_version="580.95.05")))
+    assert results["gpu.E001"].status == Status.FAIL
+
+
+@pytest.mark.parametrize("code", [S.NOT_SUPPORTED, S.UNKNOWN, S.GPU_IS_LOST, S.NO_PERMISSION])
+@pytest.mark.parametrize("function", S.NVML_DEVICE_FUNCTIONS)
+def test_any_nvml_call_failing_gives_results_not_tracebacks(function, code):
+    snap = S.make_snapshot(nvml=S.FakeNvml(fail={function: code}))
+    results, verdict = judge(snap)
+    assert len(results) == len(all_checks())
+    for r in results.values():
+        assert "raised" not in r.message, r  # no check crashed
+    if function == "nvmlDeviceGetHandleByIndex":
+        assert results["gpu.E002"].status == Status.FAIL  # every GPU unreachable
+    if code == S.GPU_IS_LOST:
+        assert results["gpu.E002"].status == Status.FAIL and not verdict.ready
+    if code == S.NOT_SUPPORTED and function != "nvmlDeviceGetHandleByIndex":  # unsupported fields skip
+        assert verdict.ready
+
+
+def test_one_gpu_lost_mid_run():
+    snap = S.make_snapshot(nvml=S.FakeNvml(fail={"nvmlDeviceGetHandleByIndex@5": S.GPU_IS_LOST}))
+    results, _ = judge(snap)
+    assert results["gpu.E002"].status == Status.FAIL and results["gpu.E002"].value == 7
+    assert results["gpu.E004"].status == Status.FAIL and "GPU 5" in results["gpu.E004"].message
+
+
+def test_nvml_shutdown_called(scenarios):
+    nv = S.FakeNvml()
+    gather_nvml(nvml=nv, proc_name=str)
+    assert nv.shutdown_called
+
+
+@pytest.mark.parametrize(
+    ("fact_version", "status"), [("580.95.05", Status.WARN), ("570.195.03", Status.FAIL)]
+)
+def test_driver_changed_since_provisioning(fact_version, status):
+    facts = S.h100_facts()
+    facts["gpunode_driver"]["version"] = fact_version
+    results, _ = judge(S.make_snapshot(facts=facts))
+    assert results["gpu.E001"].status == status and results["gpu.E001"].expected == fact_version
+
+
+def test_malloc_conf_differs_from_fact():
+    facts = S.h100_facts()
+    facts["gpunode_tuning"]["malloc_conf"] = "dirty_decay_ms:-1"
+    results, _ = judge(S.make_snapshot(facts=facts))
+    assert results["tuning.E002"].status == Status.FAIL
+
+
+def test_numa_node_count_differs_from_fact():
+    facts = S.h100_facts()
+    facts["gpunode_tuning"]["numa_nodes"] = 4
+    results, _ = judge(S.make_snapshot(facts=facts))
+    assert results["tuning.E004"].status == Status.FAIL
+
+
+def test_local_facts_check():
+    results, _ = judge(S.make_snapshot())
+    assert results["system.E004"].status == Status.PASS
+    results, _ = judge(S.make_snapshot(facts={}))
+    assert results["system.E004"].status == Status.WARN
+    snap = S.make_snapshot()
+    facts = dataclasses.replace(snap.facts, errors={"gpunode_tuning": Unavailable("error", "not JSON")})
+    results, _ = judge(dataclasses.replace(snap, facts=facts))
+    assert results["system.E004"].status == Status.WARN
+
+
+def test_numa_minus_one_in_fact_is_not_a_mismatch():
+    facts = S.h100_facts()
+    facts["gpunode_tuning"]["gpu_numa"] = {f"0000:{b}:00.0": -1 for b in S.H100_BUSES}
+    results, _ = judge(S.make_snapshot(facts=facts))
+    assert results["tuning.E004"].status == Status.PASS
+
+
+def test_no_permission_skips_rather_than_blocks():
+    snap = S.make_snapshot(nvml=S.FakeNvml(fail={"nvmlDeviceGetComputeRunningProcesses": S.NO_PERMISSION}))
+    results, verdict = judge(snap)
+    assert results["gpu.E012"].status == Status.SKIP and "root" in results["gpu.E012"].message
+    assert verdict.ready
+
+
+def test_kmp_variables_with_libgomp_warn():
+    env = {"LD_PRELOAD": S.TCMALLOC, "OMP_NUM_THREADS": "14", "KMP_AFFINITY": "granularity=fine,compact"}
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(env=env)))
+    assert results["tuning.E005"].status == Status.WARN
