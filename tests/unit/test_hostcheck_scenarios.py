@@ -200,12 +200,24 @@ def test_tiny_shm_without_facts_fails_below_1g():
     assert results["tuning.E001"].status == Status.FAIL
 
 
-def test_no_allocator_without_facts_only_warns():
+def test_no_allocator_without_facts_is_the_measured_default():
+    # glibc is what the measurements support (tcmalloc 0.96x pipeline, jemalloc slower): not a finding.
     factory, _ = S.SCENARIOS["no_allocator"]
     snap = factory()
     facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
     results, _ = judge(dataclasses.replace(snap, facts=S.make_snapshot(facts=facts).facts))
-    assert results["tuning.E002"].status == Status.WARN
+    assert results["tuning.E002"].status == Status.PASS
+    assert results["tuning.E002"].value == "glibc"
+
+
+def test_preload_that_loads_nothing_warns_without_facts():
+    facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
+    probe = S.h100_probe(
+        env={"LD_PRELOAD": "/nope/libtcmalloc.so.4"}, maps={"jemalloc": [], "tcmalloc": []}, symbols={}
+    )
+    results, _ = judge(S.make_snapshot(probe=probe, facts=facts))
+    r = results["tuning.E002"]
+    assert r.status == Status.WARN and "did not load" in r.message
 
 
 def test_allocator_installed_but_not_preloaded():
