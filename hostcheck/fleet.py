@@ -40,6 +40,11 @@ def _finding_rank(check: dict[str, Any]) -> int:
     return {"error": 0, "fail": 1, "warn": 2}.get(check.get("status", ""), 3)
 
 
+def _label(name: str, hostname: str | None) -> str:
+    # The inventory name is what the admin acts on; the node's own hostname only when it differs.
+    return name if not hostname or hostname == name else f"{name} ({hostname})"
+
+
 def summarise(host: str, data: dict[str, Any], min_score: int | None = None) -> NodeSummary:
     """Judge one node's JSON report; pure, so it is tested without files."""
     score = data.get("score") or {}
@@ -52,7 +57,7 @@ def summarise(host: str, data: dict[str, Any], min_score: int | None = None) -> 
         key=lambda c: (_finding_rank(c), -float(c.get("weight") or 0), c.get("id", "")),
     )
     return NodeSummary(
-        host=data.get("host", {}).get("hostname") or host,
+        host=_label(host, data.get("host", {}).get("hostname")),
         score=value,
         ready=ready,
         findings=tuple(findings),

@@ -44,9 +44,15 @@ def write(tmp: Path, reports: dict[str, dict | str]) -> Path:
 
 
 def test_summarise_orders_failures_before_warnings():
-    n = fleet.summarise("x", report("gpu001", 62, False, [WARN_TEMP, PASS, FAIL_ECC]))
+    n = fleet.summarise("gpu001", report("gpu001", 62, False, [WARN_TEMP, PASS, FAIL_ECC]))
     assert n.host == "gpu001" and n.score == 62 and not n.ready and n.gpus == 8
     assert [f["id"] for f in n.findings] == ["gpu.E004", "gpu.W010"]
+
+
+def test_label_shows_the_node_hostname_only_when_it_differs():
+    assert (
+        fleet.summarise("gpu001", report("gpu001.cluster", 100, True, [])).host == "gpu001 (gpu001.cluster)"
+    )
 
 
 def test_min_score_overrides_a_ready_verdict():
