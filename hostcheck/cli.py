@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -88,6 +89,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="timeout of the torch probe (default 90)",
     )
+    wl = p.add_argument_group("workload")
+    wl.add_argument(
+        "--burn", type=float, default=0.0, metavar="SECONDS", help="add a matmul stress run of this length"
+    )
+    wl.add_argument(
+        "--workload-timeout",
+        type=float,
+        default=180.0,
+        metavar="S",
+        help="hard limit of the workload probe process (default 180)",
+    )
+    wl.add_argument(
+        "--nnodes", metavar="N", help="multi-node DDP check through torchrun (with --rdzv-endpoint)"
+    )
+    wl.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, the same on every node")
+    wl.add_argument(
+        "--rdzv-id", default="hostcheck", metavar="ID", help="rendezvous id, the same on every node"
+    )
+    wl.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks per node (default: one per GPU)")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     p.add_argument("--version", action="version", version=f"hostcheck {__version__}")
     return p
@@ -171,6 +191,18 @@ def _main(argv: list[str] | None) -> int:
         raise _UsageError("--expect-gpus must be >= 0")
     if not 0 <= args.min_score <= 100:
         raise _UsageError("--min-score must be 0-100")
+    if bool(args.nnodes) != bool(args.rdzv_endpoint):
+        raise _UsageError("--nnodes and --rdzv-endpoint go together")
+    if args.nnodes and not re.fullmatch(r"[1-9][0-9]*(:[1-9][0-9]*)?", args.nnodes):
+        raise _UsageError("--nnodes takes N or MIN:MAX, e.g. 3 or 2:4")
+    if args.rdzv_endpoint and not re.fullmatch(r"[^\s:]+:[0-9]{1,5}", args.rdzv_endpoint):
+        raise _UsageError("--rdzv-endpoint takes HOST:PORT")
+    if args.burn < 0 or args.workload_timeout <= 0:
+        raise _UsageError("--burn must be >= 0 and --workload-timeout > 0")
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        raise _UsageError("--nproc-per-node must be >= 1")
+    if args.quick and (args.burn or args.nnodes):
+        raise _UsageError("--quick leaves the workload out: it cannot go with --burn or --nnodes")
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         print(f"hostcheck: error: --python {args.python}: not an executable file", file=sys.stderr)
         return EXIT_USAGE
@@ -181,7 +213,7 @@ def _main(argv: list[str] | None) -> int:
             )
             return EXIT_USAGE
 
-    from hostcheck.gather import GATHERERS, Options, gather
+    from hostcheck.gather import EXTRA_GATHERERS, GATHERERS, Options, gather
     from hostcheck.report import now_iso
 
     options = Options(
@@ -190,8 +222,14 @@ def _main(argv: list[str] | None) -> int:
         facts_dir=args.facts_dir,
         env_file=args.env_file,
         torch_timeout_s=args.torch_timeout,
+        burn=args.burn,
+        nnodes=args.nnodes,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+        nproc_per_node=args.nproc_per_node,
+        workload_timeout_s=args.workload_timeout,
     )
-    needs = set().union(*(c.needs for c in checks)) & set(GATHERERS)
+    needs = set().union(*(c.needs for c in checks)) & (set(GATHERERS) | set(EXTRA_GATHERERS))
     when = now_iso()
     snapshot = gather(options, needs)
     results, v = evaluate(snapshot, checks, args.fail_level, args.min_score, args.timeout)

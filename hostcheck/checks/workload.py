@@ -25,3 +25,7 @@ How they plug in, without touching the core:
 Every check of category ``workload`` is a workload check: ``--quick`` leaves them (and so their gatherer)
 out, ``--only workload`` runs just them. Tests drive the judging from recorded runs, never from a GPU.
 """
+
+from hostcheck.workload.integration import register_all
+
+register_all()

@@ -46,6 +46,13 @@ class Options:
     env_file: str | None = None
     torch_timeout_s: float = 90.0
     gather_timeout_s: float = 60.0
+    # Workload (hostcheck.workload.integration reads these).
+    burn: float = 0.0
+    nnodes: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str = "hostcheck"
+    nproc_per_node: int | None = None
+    workload_timeout_s: float = 180.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,20 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     if "torch" in needs:
         threads.append(threading.Thread(target=do_torch, daemon=True))
         threads[-1].start()
+    # Extra gatherers (the workload) start now, beside the torch probe, so torch's import is not paid twice
+    # in a row; they see facts and NVML (the training Python is chosen from the same facts).
+    extra: dict[str, Any] = {}
+    early = {"facts": facts, **results}
+
+    def do_extra(g: ExtraGatherer) -> None:
+        extra[g.name] = _timed(g.name, lambda: g.fn(options, dict(early)), g.timeout_s, lambda u: u, timings)
+
+    extra_threads = [
+        threading.Thread(target=do_extra, args=(EXTRA_GATHERERS[n],), daemon=True)
+        for n in sorted(set(needs) & set(EXTRA_GATHERERS))
+    ]
+    for t in extra_threads:
+        t.start()
     if "system" in needs:
         results["system"] = _timed(
             "system", gather_system, options.gather_timeout_s, lambda u: SystemSnapshot(), timings
@@ -127,12 +148,8 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     for t in threads:
         t.join(options.torch_timeout_s + 10)
     results["facts"] = facts
-    extra: dict[str, Any] = {}
-    for name in sorted(set(needs) & set(EXTRA_GATHERERS)):  # after the core: they may read its parts
-        g = EXTRA_GATHERERS[name]
-        extra[name] = _timed(
-            name, lambda g=g: g.fn(options, dict(results)), g.timeout_s, lambda u: u, timings
-        )
+    for t in extra_threads:
+        t.join()  # each gatherer is bounded by its own _timed timeout
     return Snapshot(
         options=options,
         facts=facts,

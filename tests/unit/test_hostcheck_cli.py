@@ -38,7 +38,9 @@ def use_scenario(monkeypatch):
 
 
 def run_json(capsys, *argv):
-    rc = cli.main(["--json", *argv])
+    # Scenario snapshots hold no workload run: judge the core (--quick) unless a test selects otherwise.
+    quick = [] if any("workload" in a or a in ("--list", "--quick") for a in argv) else ["--quick"]
+    rc = cli.main(["--json", *quick, *argv])
     return rc, json.loads(capsys.readouterr().out)
 
 
@@ -66,7 +68,7 @@ def test_healthy_exit_0_and_json_schema(use_scenario, capsys):
         "details",
         "duration_s",
     }
-    assert {c["id"] for c in doc["checks"]} == {c.id for c in all_checks()}
+    assert {c["id"] for c in doc["checks"]} == {c.id for c in all_checks() if c.category != "workload"}
 
 
 @pytest.mark.parametrize("name", ["pcie_x8", "no_nvml", "tiny_shm", "driver_too_old"])
@@ -81,11 +83,11 @@ def test_unhealthy_exit_1(use_scenario, capsys, name):
 def test_fail_level_and_min_score(use_scenario, capsys):
     snap = S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(0, persistence=0)))  # one warning
     use_scenario(snap)
-    assert cli.main([]) == 0
-    assert cli.main(["--fail-level", "warn"]) == 1
-    assert cli.main(["--min-score", "100"]) == 1
+    assert cli.main(["--quick"]) == 0
+    assert cli.main(["--quick", "--fail-level", "warn"]) == 1
+    assert cli.main(["--quick", "--min-score", "100"]) == 1
     use_scenario("pcie_x8")
-    assert cli.main(["--fail-level", "none"]) == 0
+    assert cli.main(["--quick", "--fail-level", "none"]) == 0
     capsys.readouterr()
 
 
@@ -147,7 +149,7 @@ def test_options_reach_the_gatherers(use_scenario, capsys, tmp_path):
 def test_prometheus_and_junit_files(use_scenario, capsys, tmp_path):
     use_scenario("pcie_x8")
     prom, junit = tmp_path / "hostcheck.prom", tmp_path / "junit.xml"
-    assert cli.main(["--prometheus", str(prom), "--junit", str(junit)]) == 1
+    assert cli.main(["--quick", "--prometheus", str(prom), "--junit", str(junit)]) == 1
     capsys.readouterr()
     samples = {}
     for line in prom.read_text().splitlines():
@@ -155,12 +157,13 @@ def test_prometheus_and_junit_files(use_scenario, capsys, tmp_path):
             name_labels, value = line.rsplit(" ", 1)
             samples[name_labels] = float(value)
     status = {k: v for k, v in samples.items() if k.startswith("hostcheck_check_status{")}
-    assert len(status) == len(all_checks())
+    core = [c for c in all_checks() if c.category != "workload"]
+    assert len(status) == len(core)
     assert any('check="gpu.E007"' in k and v == 2 for k, v in status.items())
     assert 0 < samples["hostcheck_score"] < 100
     assert samples['hostcheck_ready{fail_level="fail"}'] == 0
     root = ET.parse(junit).getroot()
-    assert int(root.get("failures")) == 1 and int(root.get("tests")) == len(all_checks())
+    assert int(root.get("failures")) == 1 and int(root.get("tests")) == len(core)
     failed = [tc.get("name") for tc in root.iter("testcase") if tc.find("failure") is not None]
     assert failed[0].startswith("gpu.E007")
 
@@ -269,8 +272,9 @@ def test_extra_gatherer_and_workload_check_plug_in(monkeypatch, capsys):
     registry.check("workload.E900", "Fake matmul", needs=("workload_test",))(judge_it)
     snap = gather(Options(), {"workload_test"})
     assert snap.extra["workload_test"] == {"tflops": 780.0} and "facts" in seen["parts"]
-    checks = select(all_checks(), only=["workload"])
+    checks = select(all_checks(), only=["workload.E900"])
     assert [c.id for c in checks] == ["workload.E900"] and checks[0].workload
+    assert "workload.E900" in {c.id for c in select(all_checks(), only=["workload"])}
     assert select(all_checks(), quick=True) == [c for c in all_checks() if c.category != "workload"]
     results = {r.id: r for r in cli.evaluate(snap, checks)[0]}
     assert results["workload.E900"].value == 780.0
@@ -280,3 +284,31 @@ def test_help_and_version_return_0(capsys):
     assert cli.main(["--help"]) == 0
     assert cli.main(["--version"]) == 0
     assert "hostcheck" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--nnodes", "3"],
+        ["--rdzv-endpoint", "node1:29400"],
+        ["--nnodes", "three", "--rdzv-endpoint", "node1:29400"],
+        ["--nnodes", "3", "--rdzv-endpoint", "node1"],
+        ["--quick", "--burn", "30"],
+        ["--burn", "-1"],
+        ["--nproc-per-node", "0"],
+    ],
+)
+def test_bad_workload_options_are_usage_errors(argv, capsys):
+    assert cli.main(argv) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_workload_options_reach_the_gatherers(use_scenario, capsys):
+    seen = use_scenario("healthy_8x_h100")
+    cli.main(
+        ["--json", "--only", "workload", "--nnodes", "2:4", "--rdzv-endpoint", "n1:29400", "--burn", "5"]
+    )
+    capsys.readouterr()
+    o = seen["options"]
+    assert (o.nnodes, o.rdzv_endpoint, o.burn) == ("2:4", "n1:29400", 5.0)
+    assert "workload" in seen["needs"]

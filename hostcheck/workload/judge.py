@@ -1,0 +1,177 @@
+"""Pure judging functions for the workload checks: no I/O, no torch, tested from plain numbers.
+
+Thresholds and where they come from:
+
+- Fraction of achievable (matmul, device copy, pinned host<->device): pass at or above 0.90, warn from
+  0.75, fail below (issue 4). nccl-tests fails below 0.9 x its minimum too; DCGM sets its memory
+  bandwidth floor at 0.75 x measured (FIELD.md).
+- PCIe: theoretical per-lane GB/s after line encoding; pinned copies reach about 0.85 of it (the
+  reference H100 node: 54 GB/s pinned on gen5 x16 = 63.0 GB/s theoretical, 0.857), so the achievable
+  pinned figure is 0.85 x theoretical and the pass line 0.90 x 0.85 = 0.765 x theoretical = 48.2 GB/s on
+  gen5 x16, which is Azure HPC health checks' H100 host<->device floor of 48 GB/s (FIELD.md).
+- all_reduce bus bandwidth: fail below Meta GCM's critical NCCL floor (180 GB/s with NVLink, 18 GB/s
+  without), warn within 1.05 x of it (Azure's warn band 1.0-1.05x) (FIELD.md).
+- AMP speedup: our own rule, from the reference H100 (CNN 3.1x fp16 + channels_last, transformer 6.1x
+  bf16): below 1.0x fails (AMP is slower), below 1.3x warns, else passes.
+"""
+
+from __future__ import annotations
+
+PASS = "pass"
+WARN = "warn"
+FAIL = "fail"
+SKIP = "skip"
+ERROR = "error"
+STATUSES = (PASS, WARN, FAIL, SKIP, ERROR)
+_SEVERITY = {PASS: 0, SKIP: 0, WARN: 1, FAIL: 2, ERROR: 2}
+
+PASS_FRACTION = 0.90
+WARN_FRACTION = 0.75
+
+#: GB/s per lane after encoding: gen1/2 8b/10b, gen3-5 128b/130b, gen6 PAM4 + FLIT (242/256).
+PCIE_GBS_PER_LANE = {
+    1: 2.5 * 8 / 10 / 8,
+    2: 5.0 * 8 / 10 / 8,
+    3: 8.0 * 128 / 130 / 8,
+    4: 16.0 * 128 / 130 / 8,
+    5: 32.0 * 128 / 130 / 8,
+    6: 64.0 * 242 / 256 / 8,
+}
+#: Achievable pinned copy / theoretical link rate (reference H100: 54 / 63.0 = 0.857).
+PINNED_EFFICIENCY = 0.85
+#: Pageable copies go through a staging buffer; below this fraction of the link they warn (our heuristic:
+#: the reference node's 17 GB/s pageable is 0.27 of gen5 x16).
+PAGEABLE_WARN_FRACTION = 0.10
+
+#: Meta GCM's NCCL critical floors, GB/s bus bandwidth (FIELD.md).
+BUSBW_FLOOR_NVLINK = 180.0
+BUSBW_FLOOR_PCIE = 18.0
+#: Azure HPC health checks warn within 1.0-1.05 x of a floor.
+BUSBW_WARN_BAND = 1.05
+
+AMP_FAIL_BELOW = 1.0
+AMP_WARN_BELOW = 1.3
+
+
+def worst(statuses) -> str:
+    """The most severe status (error > fail > warn > pass > skip); skip when empty."""
+    order = {ERROR: 4, FAIL: 3, WARN: 2, PASS: 1, SKIP: 0}
+    out = SKIP
+    for s in statuses:
+        if order[s] > order[out]:
+            out = s
+    return out
+
+
+def fraction_status(fraction: float | None) -> str | None:
+    """Fraction of achievable -> pass (>= 0.90), warn (>= 0.75), fail; None when there is no reference."""
+    if fraction is None:
+        return None
+    if fraction >= PASS_FRACTION:
+        return PASS
+    if fraction >= WARN_FRACTION:
+        return WARN
+    return FAIL
+
+
+def judge_fraction(measured: float | None, achievable: float | None, estimate: bool = False):
+    """(status, fraction) for a measurement against an achievable figure.
+
+    No reference (unknown SKU, dtype without a fast path) -> (None, None): measured, no verdict.
+    A reference that is only an estimate can warn but not fail.
+    """
+    if measured is None or not achievable or achievable <= 0:
+        return None, None
+    frac = measured / achievable
+    status = fraction_status(frac)
+    if estimate and status == FAIL:
+        status = WARN
+    return status, frac
+
+
+def busbw(algbw: float, n: int) -> float:
+    """all_reduce bus bandwidth from algorithm bandwidth: algbw x 2(n-1)/n (nccl-tests' convention)."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    return algbw * 2.0 * (n - 1) / n
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in GB/s (10^9 bytes) for one collective on nbytes taking seconds."""
+    if seconds <= 0:
+        raise ValueError("seconds must be > 0")
+    return nbytes / seconds / 1e9
+
+
+def pcie_theoretical_gbs(gen: int | None, width: int | None) -> float | None:
+    """Theoretical unidirectional PCIe bandwidth, GB/s: per-lane rate of the generation x lanes."""
+    if not isinstance(gen, int) or not isinstance(width, int) or gen not in PCIE_GBS_PER_LANE or width <= 0:
+        return None
+    return PCIE_GBS_PER_LANE[gen] * width
+
+
+def pinned_achievable_gbs(gen: int | None, width: int | None) -> float | None:
+    theo = pcie_theoretical_gbs(gen, width)
+    return None if theo is None else theo * PINNED_EFFICIENCY
+
+
+def busbw_floor(nvlink: bool | None) -> float | None:
+    if nvlink is None:
+        return None
+    return BUSBW_FLOOR_NVLINK if nvlink else BUSBW_FLOOR_PCIE
+
+
+def busbw_status(value: float | None, n: int, nvlink: bool | None) -> str | None:
+    """Verdict on an all_reduce busbw (GB/s) within one node; None when there is nothing to judge."""
+    floor = busbw_floor(nvlink)
+    if value is None or n < 2 or floor is None:
+        return None
+    if value < floor:
+        return FAIL
+    if value < floor * BUSBW_WARN_BAND:
+        return WARN
+    return PASS
+
+
+def amp_speedup_status(speedup: float | None) -> str | None:
+    if speedup is None:
+        return None
+    if speedup < AMP_FAIL_BELOW:
+        return FAIL
+    if speedup < AMP_WARN_BELOW:
+        return WARN
+    return PASS
+
+
+def scaler_status(skipped: int, steps: int) -> str:
+    """GradScaler health: stuck (every step skipped) fails, more than half skipped warns."""
+    if steps <= 0:
+        return ERROR
+    if skipped >= steps:
+        return FAIL
+    if skipped * 2 > steps:
+        return WARN
+    return PASS
+
+
+def loss_numerics(losses) -> tuple[str, str]:
+    """(status, why) for a short training run's loss curve: every loss finite and the last below the first."""
+    vals = [float(x) for x in losses]
+    if len(vals) < 2:
+        return ERROR, "fewer than two losses recorded"
+    bad = [i for i, v in enumerate(vals) if v != v or v in (float("inf"), float("-inf"))]
+    if bad:
+        return FAIL, f"non-finite loss at step {bad[0]}"
+    if not vals[-1] < vals[0]:
+        return FAIL, f"loss did not fall ({vals[0]:.4g} -> {vals[-1]:.4g})"
+    return PASS, f"loss {vals[0]:.4g} -> {vals[-1]:.4g}"
+
+
+def dataloader_status(best_ips: float | None, zero_ips: float | None, cpus: int) -> str | None:
+    """Workers should beat num_workers=0 by 1.2x when there are at least 4 CPUs (NOTES: 2 workers = 1.56x
+    on 2 cores). None when it cannot be judged (too few CPUs to expect a gain)."""
+    if not best_ips or not zero_ips:
+        return None
+    if cpus < 4:
+        return None
+    return PASS if best_ips >= 1.2 * zero_ips else WARN

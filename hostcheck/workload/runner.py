@@ -1,0 +1,270 @@
+"""Run probes in child processes with a hard timeout; turn every way a child can go wrong into a value.
+
+A child runs in its own session (process group). At the timeout the whole group is killed with SIGKILL,
+so a hung CUDA kernel or NCCL call, and any DataLoader workers it forked, cannot outlive the report.
+Output goes to temporary files (no pipe can fill up and block the child). The child reports by printing
+lines ``HOSTCHECK_WORKLOAD_JSON:{...}``; every such line is a record, so what a child finished before it
+hung or crashed is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+MARKER = "HOSTCHECK_WORKLOAD_JSON:"
+#: How long to wait for a killed child to go; one stuck in the kernel (D state) is left behind.
+KILL_WAIT_S = 5.0
+TAIL_LINES = 20
+TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """What one child process gave: its records, or why it gave none (error)."""
+
+    name: str
+    records: tuple[dict, ...] = ()
+    #: None when the child exited 0 and every marker line parsed; otherwise a sentence saying what failed.
+    error: str | None = None
+    rc: int | None = None
+    timed_out: bool = False
+    wall_s: float = 0.0
+    stderr_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def data(self) -> dict:
+        """The last record, or {}."""
+        return self.records[-1] if self.records else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "records": list(self.records),
+            "error": self.error,
+            "rc": self.rc,
+            "timed_out": self.timed_out,
+            "wall_s": round(self.wall_s, 3),
+            "stderr_tail": self.stderr_tail,
+        }
+
+
+def tail(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
+    out = "\n".join(text.rstrip().splitlines()[-lines:])
+    return out[-chars:]
+
+
+def parse_records(stdout: str) -> tuple[list[dict], str | None]:
+    """Every marker line as a dict, and an error when a marker line is not a JSON object."""
+    records: list[dict] = []
+    bad: str | None = None
+    for line in stdout.splitlines():
+        if not line.startswith(MARKER):
+            continue
+        payload = line[len(MARKER) :]
+        try:
+            rec = json.loads(payload)
+        except ValueError as exc:
+            bad = f"bad JSON from the probe ({exc}): {payload[:200]!r}"
+            continue
+        if not isinstance(rec, dict):
+            bad = f"bad JSON from the probe (not an object): {payload[:200]!r}"
+            continue
+        records.append(rec)
+    return records, bad
+
+
+def _describe_rc(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit {rc}"
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(p.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        p.kill()
+
+
+def _read(f) -> str:
+    f.flush()
+    f.seek(0)
+    return f.read().decode("utf-8", "replace")
+
+
+def _outcome(name: str, rc: int | None, timed_out: bool, timeout: float, out: str, err: str, wall: float):
+    records, bad = parse_records(out)
+    error: str | None = None
+    if timed_out:
+        error = f"timed out after {timeout:g} s and was killed"
+    elif rc is not None and rc != 0:
+        error = f"crashed ({_describe_rc(rc)})"
+    elif bad:
+        error = bad
+    elif not records:
+        error = "exited 0 but printed no result"
+    errtail = tail(err)
+    if error and errtail and not timed_out:
+        last = errtail.splitlines()[-1].strip()
+        if last:
+            error = f"{error}: {last[:300]}"
+    return ProbeRun(
+        name=name,
+        records=tuple(records),
+        error=error,
+        rc=rc,
+        timed_out=timed_out,
+        wall_s=wall,
+        stderr_tail=errtail,
+    )
+
+
+def child_env(env_overrides: dict | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    # NVML (nvidia-smi) numbers GPUs in PCI bus order; make CUDA's indices agree unless told otherwise.
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
+def run_child(
+    argv: Sequence[str],
+    timeout: float,
+    name: str = "",
+    env: dict | None = None,
+    cwd: str | None = None,
+) -> ProbeRun:
+    """Run argv in a new process group; kill the group at ``timeout`` seconds."""
+    return run_children([list(argv)], timeout, name=name, envs=[env], cwd=cwd)[0]
+
+
+def run_children(
+    argvs: Sequence[Sequence[str]],
+    timeout: float,
+    name: str = "",
+    envs: Sequence[dict | None] | None = None,
+    cwd: str | None = None,
+    grace_after_failure: float = 10.0,
+) -> list[ProbeRun]:
+    """Run several children together (e.g. one per rank) under one deadline.
+
+    When one child fails, the others get ``grace_after_failure`` seconds before they are killed: a rank
+    that crashed leaves its peers hung in a collective.
+    """
+    envs = list(envs) if envs is not None else [None] * len(argvs)
+    start = time.monotonic()
+    deadline = start + timeout
+    procs: list[subprocess.Popen | None] = []
+    files = []
+    spawn_errors: list[str | None] = []
+    stack = contextlib.ExitStack()
+    for argv, env in zip(argvs, envs):
+        fo = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
+        fe = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
+        files.append((fo, fe))
+        try:
+            p = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=fo,
+                stderr=fe,
+                env=env if env is not None else child_env(),
+                cwd=cwd or "/",
+                start_new_session=True,
+            )
+            procs.append(p)
+            spawn_errors.append(None)
+        except OSError as exc:
+            procs.append(None)
+            spawn_errors.append(f"could not start {argv[0]}: {exc}")
+    timed_out = [False] * len(procs)
+    unkillable = [False] * len(procs)
+    ends: list[float | None] = [None] * len(procs)
+    peer_failed = any(spawn_errors)
+    if peer_failed:
+        deadline = min(deadline, time.monotonic() + grace_after_failure)
+    try:
+        while True:
+            now = time.monotonic()
+            running = False
+            for i, p in enumerate(procs):
+                if p is None or ends[i] is not None:
+                    continue
+                rc = p.poll()
+                if rc is None:
+                    running = True
+                    continue
+                ends[i] = now
+                if rc != 0:
+                    peer_failed = True
+                    deadline = min(deadline, now + grace_after_failure)
+            if not running:
+                break
+            if now >= deadline:
+                for i, p in enumerate(procs):
+                    if p is not None and ends[i] is None:
+                        timed_out[i] = True
+                        _kill_group(p)
+                        try:
+                            p.wait(KILL_WAIT_S)
+                        except subprocess.TimeoutExpired:
+                            unkillable[i] = True  # stuck in the kernel (a wedged GPU driver): leave it
+                        ends[i] = time.monotonic()
+                break
+            time.sleep(0.02)
+        # Reap anything a finished child left in its group (orphaned DataLoader workers, for one).
+        for p in procs:
+            if p is not None:
+                _kill_group(p)
+        runs = []
+        for i, p in enumerate(procs):
+            fo, fe = files[i]
+            nm = name if len(procs) == 1 else f"{name}[{i}]"
+            if p is None:
+                runs.append(ProbeRun(name=nm, error=spawn_errors[i]))
+                continue
+            wall = (ends[i] or time.monotonic()) - start
+            run = _outcome(nm, p.returncode, timed_out[i], timeout, _read(fo), _read(fe), wall)
+            if timed_out[i] and peer_failed and wall < timeout:
+                run = replace(run, error=f"killed {grace_after_failure:g} s after a peer process failed")
+            if unkillable[i]:
+                run = replace(
+                    run,
+                    error=f"{run.error}; pid {p.pid} did not die on SIGKILL within {KILL_WAIT_S:g} s "
+                    "(stuck in the kernel: a wedged GPU driver?)",
+                )
+            runs.append(run)
+        return runs
+    finally:
+        for p in procs:
+            if p is not None and p.poll() is None:
+                _kill_group(p)
+                with contextlib.suppress(Exception):
+                    p.wait(KILL_WAIT_S)
+        stack.close()
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that was free a moment ago (for MASTER_PORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,505 @@
+"""Pure judging of the workload checks: thresholds, formulas, SKU table, findings from recorded runs."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from hostcheck.workload import api
+from hostcheck.workload import judge as J
+from hostcheck.workload import sku as S
+from hostcheck.workload.runner import ProbeRun
+
+# ------------------------------------------------------------------------------------------ thresholds
+
+
+@pytest.mark.parametrize(
+    ("fraction", "status"),
+    [(1.2, "pass"), (0.90, "pass"), (0.8999, "warn"), (0.75, "warn"), (0.7499, "fail"), (0.0, "fail")],
+)
+def test_fraction_of_achievable_thresholds(fraction, status):
+    assert J.fraction_status(fraction) == status
+
+
+def test_judge_fraction_scores_by_fraction_and_estimates_never_fail():
+    assert J.judge_fraction(702, 780) == ("pass", pytest.approx(0.9))
+    assert J.judge_fraction(700, 780)[0] == "warn"
+    assert J.judge_fraction(500, 780)[0] == "fail"
+    assert J.judge_fraction(500, 780, estimate=True)[0] == "warn"
+    assert J.judge_fraction(500, None) == (None, None)  # unknown SKU: measured, no verdict
+    assert J.judge_fraction(None, 780) == (None, None)
+
+
+def test_busbw_formula():
+    assert J.busbw(100.0, 1) == 0.0
+    assert J.busbw(100.0, 2) == pytest.approx(100.0)
+    assert J.busbw(100.0, 4) == pytest.approx(150.0)
+    assert J.busbw(100.0, 8) == pytest.approx(175.0)
+    assert J.algbw(256 * 2**20, 0.002) == pytest.approx(134.2177, rel=1e-4)
+    with pytest.raises(ValueError):
+        J.busbw(1.0, 0)
+
+
+def test_pcie_theoretical_per_generation_and_width():
+    assert J.pcie_theoretical_gbs(1, 1) == pytest.approx(0.25)
+    assert J.pcie_theoretical_gbs(2, 16) == pytest.approx(8.0)
+    assert J.pcie_theoretical_gbs(3, 16) == pytest.approx(15.754, rel=1e-3)
+    assert J.pcie_theoretical_gbs(4, 16) == pytest.approx(31.508, rel=1e-3)
+    assert J.pcie_theoretical_gbs(5, 16) == pytest.approx(63.015, rel=1e-3)
+    assert J.pcie_theoretical_gbs(5, 8) == pytest.approx(31.508, rel=1e-3)
+    assert J.pcie_theoretical_gbs(None, 16) is None
+    assert J.pcie_theoretical_gbs(9, 16) is None
+
+
+def test_pinned_expectation_matches_the_reference_node_and_azure_floor():
+    ach = J.pinned_achievable_gbs(5, 16)
+    # Reference H100: 54 GB/s pinned on gen5 x16 passes; Azure's 48 GB/s floor sits on our pass line.
+    assert J.judge_fraction(54.0, ach)[0] == "pass"
+    assert J.PASS_FRACTION * ach == pytest.approx(48.2, abs=0.1)
+    assert J.judge_fraction(45.0, ach)[0] == "warn"
+    assert J.judge_fraction(27.0, ach)[0] == "fail"  # a gen5 x8 link's worth
+
+
+def test_busbw_thresholds_by_interconnect():
+    assert J.busbw_status(200, 8, nvlink=True) == "pass"
+    assert J.busbw_status(185, 8, nvlink=True) == "warn"  # within 1.05 x 180
+    assert J.busbw_status(150, 8, nvlink=True) == "fail"
+    assert J.busbw_status(20, 2, nvlink=False) == "pass"
+    assert J.busbw_status(17, 2, nvlink=False) == "fail"
+    assert J.busbw_status(0.0, 1, nvlink=True) is None  # one GPU: nothing to judge
+    assert J.busbw_status(200, 8, nvlink=None) is None
+
+
+def test_amp_scaler_and_loss_rules():
+    assert J.amp_speedup_status(3.1) == "pass"
+    assert J.amp_speedup_status(1.1) == "warn"
+    assert J.amp_speedup_status(0.9) == "fail"
+    assert J.scaler_status(0, 8) == "pass"
+    assert J.scaler_status(5, 8) == "warn"
+    assert J.scaler_status(8, 8) == "fail"
+    assert J.loss_numerics([2.3, 2.1, 1.9])[0] == "pass"
+    assert J.loss_numerics([2.3, 2.4])[0] == "fail"
+    assert J.loss_numerics([2.3, float("nan"), 1.0])[0] == "fail"
+    assert J.loss_numerics([2.3, float("inf")])[0] == "fail"
+    assert J.loss_numerics([2.3])[0] == "error"
+
+
+def test_worst():
+    assert J.worst([]) == "skip"
+    assert J.worst(["pass", "skip"]) == "pass"
+    assert J.worst(["pass", "warn", "fail"]) == "fail"
+    assert J.worst(["fail", "error"]) == "error"
+
+
+# ------------------------------------------------------------------------------------------------ SKUs
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", "h100-nvl"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 NVL", "h200-nvl"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm-40"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80"),
+        ("NVIDIA A100-PCIE-40GB", "a100-pcie-40"),
+        ("NVIDIA A100 80GB PCIe", "a100-pcie-80"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA A10", "a10"),
+        ("Tesla V100-SXM2-32GB", "v100-sxm2"),
+        ("Tesla V100-PCIE-16GB", "v100-pcie"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+    ],
+)
+def test_sku_lookup(name, key):
+    assert S.lookup(name).key == key
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A10G", "NVIDIA L40", "NVIDIA B200", "Quadro RTX 8000", "", None])
+def test_unknown_sku_has_no_reference(name):
+    assert S.lookup(name) is None
+    assert S.matmul_figure(name, "bf16") is None
+
+
+def test_every_figure_cites_a_source_and_is_plausible():
+    for _, sku in S.SKUS:
+        figs = list(sku.matmul.items())
+        assert figs, sku.key
+        for dt, fig in figs:
+            assert dt in S.DTYPES and fig.source and fig.basis in (S.MEASURED, S.PUBLISHED, S.ESTIMATE)
+            assert 5 < fig.value < 1000, (sku.key, dt, fig)
+        assert sku.copy_gbs and sku.copy_gbs.source and 200 < sku.copy_gbs.value < 5000
+
+
+def test_reference_h100_figures_are_the_measured_ones():
+    assert S.matmul_figure("NVIDIA H100 80GB HBM3", "bf16").value == 780.0
+    assert S.matmul_figure("NVIDIA H100 80GB HBM3", "bf16").basis == S.MEASURED
+    assert S.copy_figure("NVIDIA H100 80GB HBM3").value == 3000.0
+    # 4096^3 on the reference node read 766: a pass.
+    assert J.judge_fraction(766, 780)[0] == "pass"
+    assert S.matmul_figure("Tesla V100-SXM2-16GB", "bf16") is None  # no bf16 fast path
+
+
+# --------------------------------------------------------------------------------- findings from runs
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def suite(**sections) -> ProbeRun:
+    recs = []
+    for name, data in sections.items():
+        recs.append({"probe": name, "event": "start"})
+        recs.append({"probe": name, "ok": True, "data": data})
+    return ProbeRun(name="suite", records=tuple(recs))
+
+
+def gpu_suite(tflops=None, h2d=54.0, copy=2950.0, name=H100, n=1, amp=None, ddp=None, dl=None):
+    tflops = tflops or {"bf16": 766.0, "fp16": 745.0, "tf32": 400.0, "fp32": 49.0}
+    rows = [
+        {"index": i, "name": name, "dtypes": {k: {"tflops": v, "finite": True} for k, v in tflops.items()}}
+        for i in range(n)
+    ]
+    bw = [
+        {
+            "index": i,
+            "name": name,
+            "h2d_pinned": {"gbs": h2d},
+            "d2h_pinned": {"gbs": h2d},
+            "h2d_pageable": {"gbs": 17.0},
+            "d2h_pageable": {"gbs": 15.0},
+            "device_copy": {"gbs": copy},
+        }
+        for i in range(n)
+    ]
+    amp = amp or {
+        "device": "cuda:0",
+        "models": {
+            "cnn": {
+                "fp32": {
+                    "losses": [2.4, 2.2, 2.0],
+                    "per_s": 1000.0,
+                    "unit": "img/s",
+                    "skipped": 0,
+                    "steps": 3,
+                },
+                "fp16": {
+                    "losses": [2.4, 2.2, 2.0],
+                    "per_s": 3000.0,
+                    "unit": "img/s",
+                    "skipped": 1,
+                    "steps": 3,
+                },
+                "bf16": {
+                    "losses": [2.4, 2.2, 2.0],
+                    "per_s": 2800.0,
+                    "unit": "img/s",
+                    "skipped": 0,
+                    "steps": 3,
+                },
+            },
+            "transformer": {
+                "fp32": {"losses": [1.3, 1.2], "per_s": 160.0, "unit": "seq/s", "skipped": 0, "steps": 2},
+                "bf16": {"losses": [1.3, 1.2], "per_s": 1000.0, "unit": "seq/s", "skipped": 0, "steps": 2},
+            },
+        },
+    }
+    dl = dl or {
+        "cpus": 16,
+        "results": {"0": {"ips": 300.0}, "4": {"ips": 1000.0}, "8": {"ips": 1500.0}},
+        "best_workers": 8,
+        "best_ips": 1500.0,
+        "zero_ips": 300.0,
+        "pin_memory": True,
+        "prefetch_factor": 4,
+        "crop": 224,
+    }
+    ddp = ddp or {"deferred": True, "gpus": n}
+    env = {"cuda_available": True, "gpus": [{"index": i, "name": name} for i in range(n)]}
+    return suite(env=env, matmul={"gpus": rows}, bandwidth={"gpus": bw}, amp=amp, dataloader=dl, ddp=ddp)
+
+
+def ddp_single():
+    return {
+        "rank": 0,
+        "world": 1,
+        "backend": "nccl",
+        "allreduce_ok": True,
+        "allreduce_value": [1.0, 1.0],
+        "ddp_ok": True,
+        "busbw_gbs": 0.0,
+        "algbw_gbs": 1500.0,
+        "bw_bytes": 256 * 2**20,
+    }
+
+
+def rank_runs(world, busbw, ok=True):
+    runs = []
+    for r in range(world):
+        data = {
+            "rank": r,
+            "world": world,
+            "backend": "nccl",
+            "allreduce_ok": ok,
+            "allreduce_value": [world] * 2,
+            "ddp_ok": True,
+            "busbw_gbs": busbw,
+            "algbw_gbs": busbw * world / (2 * (world - 1)),
+            "bw_bytes": 256 * 2**20,
+        }
+        runs.append(ProbeRun(name=f"ddp[{r}]", records=({"probe": "ddp_worker", "ok": True, "data": data},)))
+    return tuple(runs)
+
+
+LINK_OK = {
+    "pcie_gen_max": 5,
+    "pcie_width_max": 16,
+    "pcie_gen_current": 5,
+    "pcie_width_current": 16,
+    "nvlink_active": 18,
+    "numa_node": 0,
+}
+
+
+def by_id(findings):
+    return {f.id: f for f in findings}
+
+
+def test_reference_h100_node_passes_everything_it_ran():
+    run = api.WorkloadRun(suite=gpu_suite(ddp=ddp_single()), ddp_mode="in-suite")
+    findings = api.judge_workload(run, [dict(LINK_OK, index=0, name=H100)])
+    assert [f.id for f in findings] == [c[0] for c in api.CHECKS]
+    f = by_id(findings)
+    for cid in (
+        "E001",
+        "E002",
+        "E003",
+        "E004",
+        "E005",
+        "E006",
+        "E007",
+        "E008",
+        "E009",
+        "E010",
+        "E011",
+        "E012",
+    ):
+        assert f["workload." + cid].status == "pass", f["workload." + cid]
+    assert f["workload.E001"].value == 766.0 and f["workload.E001"].unit == "TFLOP/s"
+    assert "780" in f["workload.E001"].expected
+    assert f["workload.E010"].value == pytest.approx(3.0)  # the worse model (CNN) counts
+    assert f["workload.E013"].status == "skip" and "one GPU" in f["workload.E013"].message
+    assert f["workload.E014"].status == "skip" and f["workload.E015"].status == "skip"
+    json.dumps([x.to_dict() for x in findings])
+
+
+def test_slow_matmul_and_unknown_sku():
+    run = api.WorkloadRun(suite=gpu_suite(tflops={"bf16": 600.0, "fp16": 500.0}), ddp_mode="")
+    f = by_id(api.judge_workload(run))
+    assert f["workload.E001"].status == "warn" and f["workload.E001"].hint  # 600/780 = 0.77
+    assert f["workload.E002"].status == "fail"  # 500/749 = 0.67
+    assert f["workload.E003"].status == "skip"  # not measured
+    run = api.WorkloadRun(suite=gpu_suite(name="NVIDIA B300"))
+    f = by_id(api.judge_workload(run))
+    assert f["workload.E001"].status == "skip" and f["workload.E001"].value == 766.0
+    assert "no verdict" in f["workload.E001"].message
+    assert f["workload.E008"].status == "skip"
+
+
+def test_worst_gpu_decides_and_each_gpu_is_listed():
+    s = gpu_suite(n=2)
+    rows = s.records[3]["data"]["gpus"]
+    rows[1]["dtypes"]["bf16"]["tflops"] = 400.0
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    assert f["workload.E001"].status == "fail" and f["workload.E001"].value == 400.0
+    assert len(f["workload.E001"].details) == 2
+
+
+def test_pinned_far_below_the_link_fails_with_a_width_hint():
+    link = dict(LINK_OK, index=0, pcie_width_current=8, numa_node=1)
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(h2d=26.0)), [link]))
+    e5 = f["workload.E005"]
+    assert e5.status == "fail" and e5.value == 26.0
+    assert "x8 of x16" in e5.hint and "IOMMU" in e5.hint and "NUMA" in e5.hint and "node 1" in e5.hint
+    assert "48.2" in e5.expected
+    # Without NVML link facts: measured, no verdict.
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(h2d=26.0)), []))
+    assert f["workload.E005"].status == "skip" and f["workload.E005"].value == 26.0
+
+
+def test_amp_numerics_and_no_speedup_findings():
+    bad = {
+        "device": "cuda:0",
+        "models": {
+            "cnn": {
+                "fp32": {"losses": [2.4, 2.2], "per_s": 1000.0, "skipped": 0, "steps": 2},
+                "fp16": {"losses": [2.4, float("nan")], "per_s": 900.0, "skipped": 2, "steps": 2},
+            },
+            "transformer": {"fp32": {"error": "RuntimeError: CUDA error"}},
+        },
+    }
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(amp=bad))))
+    assert f["workload.E009"].status == "error"
+    assert (
+        "non-finite" in f["workload.E009"].message
+        and "GradScaler skipped 2 of 2" in f["workload.E009"].message
+    )
+    assert f["workload.E010"].status == "fail" and f["workload.E010"].value == pytest.approx(0.9)
+
+
+def test_dataloader_worker_crash_points_at_shm():
+    dl = {
+        "cpus": 16,
+        "results": {
+            "0": {"ips": 300.0},
+            "8": {"error": "RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error."},
+        },
+        "best_workers": 0,
+        "best_ips": 300.0,
+        "zero_ips": 300.0,
+        "shm_bytes": 64 * 2**20,
+    }
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(dl=dl))))
+    assert f["workload.E011"].status == "fail" and "/dev/shm is 64 MiB" in f["workload.E011"].hint
+    dl = dict(dl, results={"0": {"ips": 300.0}, "8": {"ips": 310.0}}, best_workers=8, best_ips=310.0)
+    assert (
+        by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(dl=dl))))["workload.E011"].status == "warn"
+    )
+
+
+def test_multi_gpu_busbw_judged_by_interconnect():
+    links = [dict(LINK_OK, index=i) for i in range(8)]
+    run = api.WorkloadRun(suite=gpu_suite(n=8), ddp_mode="nccl", ddp=rank_runs(8, 150.0))
+    f = by_id(api.judge_workload(run, links))
+    assert f["workload.E012"].status == "pass"
+    assert f["workload.E013"].status == "fail" and "NVLink" in f["workload.E013"].message
+    pcie = [dict(link, nvlink_active=0) for link in links]
+    assert by_id(api.judge_workload(run, pcie))["workload.E013"].status == "pass"
+    assert by_id(api.judge_workload(run, []))["workload.E013"].status == "skip"
+
+
+def test_ddp_wrong_sum_fails_and_hang_fails():
+    run = api.WorkloadRun(suite=gpu_suite(n=2), ddp_mode="nccl", ddp=rank_runs(2, 50.0, ok=False))
+    assert by_id(api.judge_workload(run))["workload.E012"].status == "fail"
+    hung = (ProbeRun(name="ddp[0]", error="timed out after 120 s and was killed", timed_out=True),)
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(n=1), ddp_mode="nccl", ddp=hung)))
+    assert f["workload.E012"].status == "fail" and "hung" in f["workload.E012"].message
+    assert "NCCL_DEBUG=INFO" in f["workload.E012"].hint
+    assert f["workload.E013"].status == "error"
+    crashed = (
+        ProbeRun(name="ddp[0]", error="crashed (exit 1): NCCL error", rc=1),
+        ProbeRun(name="ddp[1]", error="killed 10 s after a peer process failed", timed_out=True, rc=-9),
+    )
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(n=2), ddp_mode="nccl", ddp=crashed)))
+    assert f["workload.E012"].status == "error" and "NCCL error" in f["workload.E012"].message
+
+
+def test_burn_findings():
+    def burn(gpus):
+        return ProbeRun(
+            name="burn", records=({"probe": "burn", "ok": True, "data": {"seconds": 60, "gpus": gpus}},)
+        )
+
+    ok = {
+        "device": "cuda:0",
+        "tflops_first": 700,
+        "tflops_last": 690,
+        "tflops_min": 680,
+        "tflops_median": 695,
+        "windows": 60,
+        "mismatches": 0,
+        "finite": True,
+    }
+    run = api.WorkloadRun(suite=gpu_suite(), burn=burn([ok]), burn_requested=60)
+    assert by_id(api.judge_workload(run))["workload.E015"].status == "pass"
+    hot = dict(ok, tflops_last=500, tflops_min=480)
+    run = api.WorkloadRun(suite=gpu_suite(), burn=burn([hot]), burn_requested=60)
+    assert by_id(api.judge_workload(run))["workload.E015"].status == "warn"
+    sdc = dict(ok, mismatches=2)
+    run = api.WorkloadRun(suite=gpu_suite(), burn=burn([sdc]), burn_requested=60)
+    assert by_id(api.judge_workload(run))["workload.E015"].status == "fail"
+
+
+def test_multinode_finding():
+    recs = tuple(
+        {
+            "probe": "ddp_worker",
+            "ok": True,
+            "data": {"rank": r, "world": 16, "allreduce_ok": True, "ddp_ok": True, "busbw_gbs": 90.0},
+        }
+        for r in range(8)
+    )
+    run = api.WorkloadRun(
+        suite=gpu_suite(), multinode=(ProbeRun(name="mn", records=recs),), multinode_requested=True
+    )
+    f = by_id(api.judge_workload(run))["workload.E014"]
+    assert f.status == "pass" and "world 16" in f.message and f.value == 90.0
+    bad = ProbeRun(name="mn", error="timed out after 300 s and was killed", timed_out=True)
+    run = api.WorkloadRun(suite=gpu_suite(), multinode=(bad,), multinode_requested=True)
+    f = by_id(api.judge_workload(run))["workload.E014"]
+    assert f.status == "fail" and "rendezvous" in f.hint
+
+
+# ------------------------------------------------------------------------------------------ NVML side
+
+
+class FakeNvml:
+    def __init__(self, links):
+        self.links = links  # per GPU: number of enabled links, or None = not supported
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.links)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        n = self.links[h]
+        if n is None or link >= 18:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return 1 if link < n else 0
+
+
+def test_gpus_from_nvml_counts_nvlinks_and_tolerates_unavailable_values():
+    unavailable = SimpleNamespace(kind="not_supported", reason="x")
+    snap = SimpleNamespace(
+        gpus=(
+            SimpleNamespace(
+                index=0,
+                name=H100,
+                pcie_gen_max=5,
+                pcie_width_max=16,
+                pcie_gen_current=1,
+                pcie_width_current=16,
+                numa_node=0,
+            ),
+            SimpleNamespace(
+                index=1, name=H100, pcie_gen_max=unavailable, pcie_width_max=16, numa_node=unavailable
+            ),
+        )
+    )
+    gpus = api.gpus_from_nvml(snap, nvml=FakeNvml([18, None]))
+    assert gpus[0].nvlink_active == 18 and gpus[0].pcie_gen_max == 5 and gpus[0].name == H100
+    assert gpus[1].nvlink_active == 0 and gpus[1].pcie_gen_max is None and gpus[1].numa_node is None
+    assert [g.index for g in api.gpus_from_nvml(None, nvml=FakeNvml([0, 0, 0]))] == [0, 1, 2]
+
+
+def test_sections_not_selected_are_skipped_not_errors():
+    run = api.WorkloadRun(
+        suite=suite(env={"cuda_available": True}, matmul={"gpus": []}), sections=("env", "matmul")
+    )
+    f = by_id(api.judge_workload(run))
+    assert f["workload.E009"].status == "skip" and "not selected" in f["workload.E009"].message
+    assert f["workload.E012"].status == "skip"
+    assert all(x.status != "error" for x in f.values()), [x for x in f.values() if x.status == "error"]

@@ -1,0 +1,351 @@
+"""Child-process orchestration of the workload probes: timeouts, crashes, bad output. No torch needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+
+from hostcheck.workload import api, runner
+from hostcheck.workload.runner import MARKER, parse_records, run_child, run_children
+
+
+def script(tmp_path, name: str, body: str) -> list[str]:
+    p = tmp_path / f"{name}.py"
+    p.write_text(f"import json, os, signal, subprocess, sys, time\nM = {MARKER!r}\n" + textwrap.dedent(body))
+    return [sys.executable, str(p)]
+
+
+def test_records_parsed_in_order_and_noise_ignored(tmp_path):
+    argv = script(
+        tmp_path,
+        "ok",
+        """
+        print("some library chatter")
+        print(M + json.dumps({"probe": "a", "ok": True}))
+        print(M + json.dumps({"probe": "b", "ok": True, "data": {"x": 1}}), flush=True)
+        """,
+    )
+    r = run_child(argv, timeout=20, name="ok")
+    assert r.ok, r.error
+    assert [x["probe"] for x in r.records] == ["a", "b"]
+    assert r.data == {"probe": "b", "ok": True, "data": {"x": 1}}
+    assert r.rc == 0 and not r.timed_out
+
+
+def test_hung_child_is_killed_at_its_timeout_and_keeps_what_it_printed(tmp_path):
+    argv = script(
+        tmp_path,
+        "hang",
+        """
+        print(M + json.dumps({"probe": "matmul", "ok": True}), flush=True)
+        print(M + json.dumps({"probe": "amp", "event": "start"}), flush=True)
+        time.sleep(120)
+        """,
+    )
+    t0 = time.monotonic()
+    r = run_child(argv, timeout=1.0, name="hang")
+    wall = time.monotonic() - t0
+    assert 0.95 <= wall < 3.0, wall
+    assert r.timed_out and not r.ok
+    assert "timed out after 1 s" in r.error
+    assert [x["probe"] for x in r.records] == ["matmul", "amp"]
+    assert api.section(r, "matmul") == ({}, None)
+    data, why = api.section(r, "amp")
+    assert data is None and "timed out" in why and "during amp" in why
+    data, why = api.section(r, "dataloader")
+    assert data is None and "before dataloader" in why
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    argv = script(
+        tmp_path,
+        "forker",
+        f"""
+        g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        open({str(pidfile)!r}, "w").write(str(g.pid))
+        time.sleep(120)
+        """,
+    )
+    r = run_child(argv, timeout=1.0)
+    assert r.timed_out
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state in ("Z", "X"):  # killed; waiting for init to reap it
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the grandchild (think: a DataLoader worker) outlived the timeout")
+
+
+def test_a_child_that_survives_sigkill_is_left_behind_not_waited_for(tmp_path, monkeypatch):
+    # Stand-in for a process stuck in the kernel (D state, wedged driver): make the kill a no-op.
+    monkeypatch.setattr(runner, "_kill_group", lambda p: None)
+    monkeypatch.setattr(runner, "KILL_WAIT_S", 0.2)
+    pidfile = tmp_path / "pid"
+    argv = script(
+        tmp_path, "stuck", f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    )
+    t0 = time.monotonic()
+    try:
+        r = run_child(argv, timeout=1.5)
+        assert time.monotonic() - t0 < 5
+        assert r.timed_out and "did not die on SIGKILL" in r.error
+    finally:
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def test_crashing_child_gives_an_error_with_the_stderr_tail(tmp_path):
+    argv = script(
+        tmp_path,
+        "crash",
+        """
+        print(M + json.dumps({"probe": "env", "ok": True}), flush=True)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        """,
+    )
+    r = run_child(argv, timeout=20)
+    assert not r.ok and r.rc == 1 and not r.timed_out
+    assert r.error.startswith("crashed (exit 1)")
+    assert "illegal memory access" in r.error
+    assert "Traceback" in r.stderr_tail
+    assert len(r.records) == 1  # what it printed before the crash is kept
+
+
+def test_child_killed_by_a_signal_is_named(tmp_path):
+    argv = script(tmp_path, "segv", "os.kill(os.getpid(), signal.SIGSEGV)\n")
+    r = run_child(argv, timeout=20)
+    assert not r.ok and "SIGSEGV" in r.error
+
+
+def test_bad_json_is_an_error(tmp_path):
+    argv = script(tmp_path, "bad", "print(M + '{not json')\n")
+    r = run_child(argv, timeout=20)
+    assert not r.ok and "bad JSON" in r.error
+    argv = script(tmp_path, "list", "print(M + '[1, 2]')\n")
+    assert "not an object" in run_child(argv, timeout=20).error
+
+
+def test_silent_success_is_an_error(tmp_path):
+    r = run_child(script(tmp_path, "silent", "pass\n"), timeout=20)
+    assert not r.ok and "printed no result" in r.error
+
+
+def test_missing_interpreter_is_an_error_not_an_exception(tmp_path):
+    r = run_child([str(tmp_path / "no-such-python"), "x"], timeout=5)
+    assert not r.ok and "could not start" in r.error
+
+
+def test_a_crashed_rank_gets_its_hung_peer_killed_after_the_grace(tmp_path):
+    crash = script(tmp_path, "rank0", "sys.exit(3)\n")
+    hang = script(tmp_path, "rank1", "time.sleep(120)\n")
+    t0 = time.monotonic()
+    runs = run_children([crash, hang], timeout=60, name="ddp", grace_after_failure=0.5)
+    assert time.monotonic() - t0 < 10
+    assert runs[0].error.startswith("crashed (exit 3)")
+    assert runs[1].timed_out and "after a peer process failed" in runs[1].error
+    assert [r.name for r in runs] == ["ddp[0]", "ddp[1]"]
+
+
+def test_parse_records_keeps_good_lines_around_a_bad_one():
+    out = "\n".join([MARKER + '{"a": 1}', MARKER + "{oops", "noise", MARKER + '{"b": 2}'])
+    recs, bad = parse_records(out)
+    assert recs == [{"a": 1}, {"b": 2}] and "bad JSON" in bad
+
+
+def test_child_env_sets_pci_order_and_unbuffered_output(monkeypatch):
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    env = runner.child_env({"OMP_NUM_THREADS": "4"})
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["OMP_NUM_THREADS"] == "4"
+    assert runner.child_env({"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+# ------------------------------------------------------------------- gather_workload with a fake Python
+
+FAKE_PYTHON = """#!{exe}
+import json, os, sys, time
+M = {marker!r}
+probe = sys.argv[2]
+args = json.loads(sys.argv[4])
+scenario = os.environ.get("FAKE_SCENARIO", "ok")
+def emit(r):
+    print(M + json.dumps(r), flush=True)
+if probe == "suite":
+    for name in args["sections"]:
+        emit({{"probe": name, "event": "start"}})
+        if scenario == "hang" and name == "amp":
+            time.sleep(120)
+        if scenario == "segv" and name == "matmul":
+            import signal; os.kill(os.getpid(), signal.SIGSEGV)
+        if name == "env":
+            data = {{"cuda_available": False, "gpus": [], "cpus": 2}}
+        elif name == "ddp":
+            assert args["args"]["ddp"]["single_gpu_only"] is True
+            data = {{"deferred": True, "gpus": 0}}
+        elif name == "matmul":
+            data = {{"gpus": [{{"index": None, "dtypes": {{"fp32": {{"tflops": 0.2}}}}}}]}}
+        elif name == "dataloader":
+            data = {{"cpus": 2, "results": {{"0": {{"ips": 100.0}}}}, "best_workers": 0, "best_ips": 100.0,
+                    "zero_ips": 100.0}}
+        else:
+            data = {{}}
+        emit({{"probe": name, "ok": True, "data": data}})
+elif probe == "ddp_worker":
+    assert args["backend"] == "gloo", args
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    emit({{"probe": "ddp_worker", "ok": True, "data": {{"rank": rank, "world": world, "backend": "gloo",
+          "allreduce_ok": True, "allreduce_value": [world, world], "ddp_ok": True, "busbw_gbs": 1.0,
+          "algbw_gbs": 1.0, "bw_bytes": 4194304}}}})
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    p = tmp_path / "python"
+    p.write_text(FAKE_PYTHON.format(exe=sys.executable, marker=MARKER))
+    p.chmod(0o755)
+    return str(p)
+
+
+def by_id(findings):
+    return {f.id: f for f in findings}
+
+
+def test_no_gpu_defers_ddp_to_two_gloo_processes(fake_python, monkeypatch):
+    monkeypatch.setenv("FAKE_SCENARIO", "ok")
+    run = api.gather_workload(fake_python, timeout=20, ddp_timeout=20, gpu_possible=True)
+    assert run.suite.ok and run.ddp_mode == "gloo" and len(run.ddp) == 2
+    f = by_id(api.judge_workload(run))
+    assert f["workload.E012"].status == "pass"
+    assert "gloo" in f["workload.E012"].message and "NCCL not exercised" in f["workload.E012"].message
+    assert f["workload.E013"].status == "skip"
+    assert f["workload.E001"].status == "skip" and "no CUDA GPU" in f["workload.E001"].message
+    assert f["workload.E004"].value == 0.2
+    json.dumps(run.to_dict())  # serialisable for --json
+
+
+def test_a_hang_mid_suite_becomes_errors_for_that_section_and_the_rest(fake_python, monkeypatch):
+    monkeypatch.setenv("FAKE_SCENARIO", "hang")
+    t0 = time.monotonic()
+    run = api.gather_workload(fake_python, timeout=1.0, ddp_timeout=20, gpu_possible=True)
+    assert time.monotonic() - t0 < 15
+    f = by_id(api.judge_workload(run))
+    assert f["workload.E009"].status == "error" and "during amp" in f["workload.E009"].message
+    assert f["workload.E001"].status == "skip"  # matmul finished before the hang
+    # The sections the hung process never reached ran again in a fresh process.
+    assert run.suite_rest is not None and run.suite_rest.ok
+    assert [r["probe"] for r in run.suite_rest.records if r.get("event") == "start"] == ["dataloader", "ddp"]
+    assert f["workload.E011"].status == "pass" and f["workload.E011"].value == 100.0
+    # No GPU (the env section said so): the DDP check ran as two gloo processes.
+    assert run.ddp_mode == "gloo" and f["workload.E012"].status == "pass"
+
+
+def test_a_crash_in_the_suite_is_an_error_result(fake_python, monkeypatch):
+    monkeypatch.setenv("FAKE_SCENARIO", "segv")
+    run = api.gather_workload(fake_python, timeout=20, ddp_timeout=20, gpu_possible=True)
+    f = by_id(api.judge_workload(run))
+    assert f["workload.E001"].status == "error"
+    assert "SIGSEGV" in f["workload.E001"].message and "during matmul" in f["workload.E001"].message
+    # A crash in one probe is an error for that probe only: the rest ran in a process of their own.
+    assert run.suite_rest is not None and f["workload.E009"].status != "error"
+    assert f["workload.E011"].status == "pass" and f["workload.E012"].status == "pass"
+
+
+def test_quick_launches_nothing(tmp_path):
+    run = api.gather_workload(str(tmp_path / "no-python"), quick=True)
+    assert run.suite is None
+    findings = api.judge_workload(run)
+    assert [f.id for f in findings] == [c[0] for c in api.CHECKS]
+    assert {f.status for f in findings} == {"skip"}
+
+
+def test_torchrun_argv_for_multinode():
+    mn = api.MultiNode(nnodes="2", rdzv_endpoint="node1:29400", rdzv_id="job7")
+    argv = api.torchrun_argv("/venv/bin/python", mn, {"bw_iters": 5})
+    assert argv[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
+    joined = " ".join(argv)
+    assert "--nnodes 2" in joined and "--nproc-per-node gpu" in joined
+    assert "--rdzv-backend c10d --rdzv-endpoint node1:29400 --rdzv-id job7" in joined
+    assert argv[-3:] == ["ddp_worker", "--json-args", '{"bw_iters": 5}']
+    assert argv[-4].endswith("probes.py")
+
+
+# ------------------------------------------------------------------------ integration with the core
+
+
+def test_core_integration_gathers_with_the_training_python_and_judges_per_id(fake_python, monkeypatch):
+    from types import SimpleNamespace
+
+    from hostcheck.workload import integration
+
+    monkeypatch.setenv("FAKE_SCENARIO", "ok")
+    options = SimpleNamespace(python=None, env_file="/nonexistent/training.env", workload_timeout_s=20)
+    parts = {"torch": SimpleNamespace(python=fake_python), "nvml": None, "facts": None}
+    g = integration.gather_for_hostcheck(options, parts)
+    assert g.run.python == fake_python and g.run.ddp_mode == "gloo"
+    snap = SimpleNamespace(extra={"workload": g})
+    out = integration.judge_check("workload.E012")(snap)
+    assert out.status.value == "pass" and "gloo" in out.message
+    assert integration.judge_check("workload.E001")(snap).status.value == "skip"
+    gone = integration.judge_check("workload.E001")(
+        SimpleNamespace(extra={"workload": "unavailable (timeout)"})
+    )
+    assert gone.status.value == "error" and "did not complete" in gone.message
+    json.dumps(g.to_dict())
+
+
+def test_register_all_registers_every_id_as_a_workload_check():
+    # A fresh interpreter: registering into this process's registry would change other tests' world.
+    code = textwrap.dedent(
+        """
+        from hostcheck.workload.integration import register_all
+        from hostcheck.workload.api import CHECKS
+        from hostcheck import registry
+        register_all(); register_all()  # idempotent
+        checks = registry.all_checks()
+        ids = [c.id for c in checks if c.category == "workload"]
+        assert ids == [c[0] for c in CHECKS], ids
+        assert all(c.workload and "workload" in c.needs for c in checks if c.category == "workload")
+        assert not [c for c in registry.select(checks, quick=True) if c.category == "workload"]
+        print("ok")
+        """
+    )
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+def test_benchmark_script_has_a_cheap_help():
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "matmul_h2d_long_vs_short.py"
+    p = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "within 5%" in p.stdout
+
+
+def test_a_training_python_without_torch_gives_errors_with_a_hint(tmp_path):
+    # A real interpreter whose sys.path cannot see torch: every section reports the import error.
+    py = tmp_path / "python"
+    py.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E "$@"\n')
+    py.chmod(0o755)
+    run = api.gather_workload(str(py), timeout=30, ddp_timeout=30, gpu_possible=True)
+    f = by_id(api.judge_workload(run))
+    assert f["workload.E001"].status == "error" and "No module named 'torch'" in f["workload.E001"].message
+    assert "gpunode_pytorch" in f["workload.E001"].hint
+    assert f["workload.E012"].status == "error"
