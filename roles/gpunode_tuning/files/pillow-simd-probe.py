@@ -1,0 +1,28 @@
+"""Report which PIL the venv imports: pillow-simd only when its metadata version is the one PIL reports."""
+
+import contextlib
+import importlib.metadata
+import json
+import sys
+
+result = {
+    "tag": "cp{}{}".format(*sys.version_info[:2]),
+    "pil": None,
+    "simd": None,
+    "pillow": None,
+    "marker": None,
+    "error": None,
+}
+for dist, key in (("pillow-simd", "simd"), ("pillow", "pillow")):
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        result[key] = importlib.metadata.version(dist)
+try:
+    import PIL
+    from PIL import Image  # noqa: F401  (the C extension must load too)
+
+    result["pil"] = PIL.__version__
+except Exception as exc:  # any import failure means "not in place"
+    result["error"] = repr(exc)
+with contextlib.suppress(OSError), open(sys.argv[1], encoding="utf-8") as fh:
+    result["marker"] = fh.read().strip()
+print(json.dumps(result))
