@@ -306,7 +306,7 @@ def threads(s: Any) -> Outcome:
     if _as_int(intent) and _as_int(intent) != n:
         return failed(
             f"OMP_NUM_THREADS={n} but gpunode_tuning set {intent}",
-            hint=fixes.rerun(fixes.TUNING, "threads"),
+            hint=fixes.rerun(fixes.TUNING, "threading"),
             **kw,
         )
     if n * gpus > cores:
