@@ -10,15 +10,21 @@ from hostcheck import fixes
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
 
-def _probe_problem(s: Any) -> Outcome | None:
+def probe_unavailable(s: Any) -> Outcome | None:
+    """A skip when the training Python could not be probed at all (shared with the tuning checks)."""
     t = s.torch
     if t is None:
         return skipped("training Python not probed")
     if t.error is not None:
         return skipped(f"training Python not probed: {t.error.reason} (see torch.E001)")
-    if not t.torch_installed:
-        return skipped(f"torch not installed in {t.python} (see torch.E001)")
     return None
+
+
+def _probe_problem(s: Any) -> Outcome | None:
+    early = probe_unavailable(s)
+    if early is None and not s.torch.torch_installed:
+        return skipped(f"torch not installed in {s.torch.python} (see torch.E001)")
+    return early
 
 
 def driver_cuda(s: Any) -> tuple[int, int] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hostcheck import fixes
+from hostcheck.checks.torch import probe_unavailable
 from hostcheck.gather.base import Unavailable
 from hostcheck.registry import Outcome, check, failed, passed, skipped, warned
 
@@ -28,13 +29,7 @@ def _size_arg(n: int) -> str:
     return f"{max(1, round(n / GiB))}G"
 
 
-def _probe(s: Any) -> Outcome | None:
-    t = s.torch
-    if t is None:
-        return skipped("training Python not probed")
-    if t.error is not None:
-        return skipped(f"training Python not probed: {t.error.reason} (see torch.E001)")
-    return None
+_probe = probe_unavailable
 
 
 def _as_int(v: Any) -> int | None:
