@@ -27,6 +27,14 @@ def _probe_problem(s: Any) -> Outcome | None:
     return early
 
 
+def _cuda_torch_problem(s: Any) -> Outcome | None:
+    """A skip unless the training Python has a CUDA build of torch (checks that only mean something then)."""
+    early = _probe_problem(s)
+    if early is None and not s.torch.torch.get("cuda"):
+        return skipped("CPU-only torch (see torch.E002)")
+    return early
+
+
 def driver_cuda(s: Any) -> tuple[int, int] | None:
     n = s.nvml
     if n is None or not n.ok or not isinstance(n.cuda_driver_version, int) or n.cuda_driver_version <= 0:
@@ -142,12 +150,10 @@ def arch_covered(cap: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
 
 @check("torch.E003", "GPU compute capability in torch's arch list", weight=8, needs=("torch", "nvml"))
 def arch_list(s: Any) -> Outcome:
-    early = _probe_problem(s)
+    early = _cuda_torch_problem(s)
     if early:
         return early
     info = s.torch.torch
-    if not info.get("cuda"):
-        return skipped("CPU-only torch (see torch.E002)")
     caps: list[tuple[int, int]] = []
     if s.nvml is not None and s.nvml.ok:
         caps = [g.compute_capability for g in s.nvml.gpus if isinstance(g.compute_capability, tuple)]
@@ -227,12 +233,10 @@ def cuda_available(s: Any) -> Outcome:
 
 @check("torch.E005", "cuDNN and NCCL in torch", weight=3, needs=("torch", "nvml"))
 def cudnn_nccl(s: Any) -> Outcome:
-    early = _probe_problem(s)
+    early = _cuda_torch_problem(s)
     if early:
         return early
     info = s.torch.torch
-    if not info.get("cuda"):
-        return skipped("CPU-only torch (see torch.E002)")
     cudnn, nccl = info.get("cudnn"), info.get("nccl")
     value = f"cuDNN {cudnn or 'none'}, NCCL {nccl or 'none'}"
     n = len(s.nvml.gpus) if s.nvml is not None and s.nvml.ok else 0
