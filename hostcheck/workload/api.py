@@ -15,7 +15,7 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hostcheck.workload import judge as J
@@ -147,7 +147,7 @@ class MultiNode:
 
     nnodes: str  # "2" or "2:4"
     rdzv_endpoint: str  # host:port
-    nproc_per_node: int | None = None  # default: torchrun's "gpu" (one per local GPU), or 2 without
+    nproc_per_node: int | None = None  # default: one per local GPU, or one gloo rank without a GPU
     rdzv_id: str = "hostcheck"
     timeout: float = 300.0
 
@@ -291,6 +291,10 @@ def gather_workload(
             ddp_runs = launch_local_ddp(python, nproc, ddp_mode, ddp_args, ddp_timeout, env)
     mn_runs: tuple[ProbeRun, ...] = ()
     if multinode is not None:
+        if multinode.nproc_per_node is None:
+            # torchrun's "gpu" raises without CUDA: one rank per GPU, else one gloo rank per node.
+            mode, n = _ddp_plan(view, device)
+            multinode = replace(multinode, nproc_per_node=n if mode == "nccl" else 1)
         mn_runs = (launch_multinode(python, multinode, ddp_args, env),)
     burn_run = None
     if burn and burn > 0:

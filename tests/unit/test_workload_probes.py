@@ -99,3 +99,23 @@ def test_the_whole_default_run_on_cpu_end_to_end_with_a_real_two_process_gloo_dd
     assert f["workload.E012"].status == "pass", f["workload.E012"]
     assert f["workload.E001"].status == "skip" and f["workload.E005"].status == "skip"
     assert not [x for x in f.values() if x.status == "error"], [x for x in f.values() if x.status == "error"]
+
+
+def test_multinode_without_a_gpu_runs_one_gloo_rank_per_node_through_torchrun():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mn = api.MultiNode(nnodes="1", rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id="unit", timeout=90)
+    run = api.gather_workload(
+        sys.executable,
+        device="cpu",
+        sections=("env",),
+        section_args={"ddp": {"bw_bytes": 1 << 16, "bw_iters": 2}},
+        multinode=mn,
+    )
+    (r,) = run.multinode
+    assert r.ok, (r.error, r.stderr_tail)
+    f = api.judge_multinode(run)
+    assert f.status == "pass" and f.message.startswith("world 1: 1 local rank(s) correct"), f
