@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hostcheck",
         description="Check a gpunode GPU node after provisioning: versions, GPU health, host tuning. "
         "Prints a readiness score 0-100 and a fix for every shortfall.",
-        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error. Docs: docs/hostcheck.md",
+        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error. Docs: docs/hostcheck.md. "
+        "`hostcheck bench --help`: measure what each CPU-side tuning buys (docs/bench.md).",
     )
     out = p.add_argument_group("output")
     out.add_argument(
@@ -140,6 +141,11 @@ def build_report(snapshot: Any, results: list[Result], v: Verdict, started: floa
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["bench"]:  # `hostcheck bench ...`: the tuning benchmark, its own options
+        from hostcheck.bench.cli import main as bench_main
+
+        return bench_main(args[1:])
     try:
         return _main(argv)
     except _UsageError as exc:

@@ -469,11 +469,13 @@ def write_jpegs(
 class JpegDataset:
     """decode (PIL) -> random resized crop -> horizontal flip -> float tensor -> normalise (no torchvision)."""
 
-    def __init__(self, paths, crop: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    def __init__(self, paths, crop: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), seed=None):
         self.paths = list(paths)
         self.crop = crop
         self.scale = scale
         self.ratio = ratio
+        # None: fresh random crops; an int: the same crops on every run (A/B benchmarks do the same work).
+        self.seed = seed
 
     def __len__(self):
         return len(self.paths)
@@ -496,7 +498,7 @@ class JpegDataset:
         import torch
         from PIL import Image
 
-        rnd = random.Random()
+        rnd = random.Random() if self.seed is None else random.Random(self.seed * 1_000_003 + i)
         with Image.open(self.paths[i]) as im:
             img = im.convert("RGB")
         bilinear = getattr(Image, "Resampling", Image).BILINEAR

@@ -1,0 +1,383 @@
+"""One measurement in the *training* Python: ``python -m hostcheck.bench.worker '<json config>'``.
+
+Standard library, torch and PIL only (torch imported after the cheap checks), Python >= 3.9. The workload
+code is the workload probes' (JPEG writer, dataset, conv-net). Records are lines
+``HOSTCHECK_WORKLOAD_JSON:{...}`` (hostcheck.workload.runner parses them): ``{"event": "start"}`` right
+before the measured part, so a crash after it is the workload's and not the setup's, then one result,
+``{"ok": true, "metric": ..., ...}`` or ``{"ok": false, "error": ..., "stage": ...}``.
+
+Config "task": ``probe`` (environment only), ``images`` (write the JPEGs once), ``measure`` (default: one
+workload, ``pipeline``, ``train`` or ``e2e``, under the environment the orchestrator set).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+
+from hostcheck.bench import proof
+from hostcheck.workload.probes import JpegDataset, _cnn, emit, write_jpegs
+from hostcheck.workload.probes import _shm_bytes as shm_bytes
+
+ENV_KEYS = ("LD_PRELOAD", "MALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _maps() -> list[str]:
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({line.split()[-1] for line in f if "/" in line})
+    except OSError:
+        return []
+
+
+def shm_free_bytes(path: str = "/dev/shm") -> int:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_frsize * st.f_bfree
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def pil_info() -> dict:
+    """Which PIL this process imports. pillow-simd only when that distribution owns the imported PIL/
+    (or, where ownership cannot be read, when its version is PIL's): both distributions can be listed
+    while PIL/ holds stock Pillow (a later `pip install` of a Pillow dependant overwrote it)."""
+    info: dict = {"version": None, "simd": False, "path": None, "dists": {}, "owner": None}
+    try:
+        import PIL
+        from PIL import Image  # noqa: F401  (the C extension must load too)
+    except Exception as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["version"] = getattr(PIL, "__version__", None)
+    init = os.path.realpath(PIL.__file__)
+    info["path"] = os.path.dirname(init)
+    try:
+        from importlib import metadata
+
+        for name in ("pillow-simd", "pillow"):
+            try:
+                dist = metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                continue
+            info["dists"][name] = dist.version
+            try:
+                owns = os.path.realpath(str(dist.locate_file("PIL/__init__.py"))) == init
+            except Exception:
+                owns = False
+            if owns and info["owner"] is None:
+                info["owner"] = name
+    except Exception as exc:  # metadata unreadable: fall back to the version rule below
+        info["metadata_error"] = f"{type(exc).__name__}: {exc}"
+    if info["owner"] is not None:
+        info["simd"] = info["owner"] == "pillow-simd"
+    else:
+        simd_version = info["dists"].get("pillow-simd")
+        info["simd"] = simd_version is not None and simd_version == info["version"]
+    try:
+        from PIL import features
+
+        info["libjpeg_turbo"] = features.version("libjpeg_turbo")
+    except Exception:
+        info["libjpeg_turbo"] = None
+    try:
+        from PIL import _imaging
+
+        info["imaging_so"] = os.path.realpath(_imaging.__file__)
+    except Exception:
+        info["imaging_so"] = None
+    return info
+
+
+def allocator_info(maps: list[str] | None = None) -> dict:
+    maps = _maps() if maps is None else maps
+    return {
+        "mapped": [p for p in maps if proof.allocator_kind(p)],
+        "ld_preload": os.environ.get("LD_PRELOAD"),
+        "malloc_conf": os.environ.get("MALLOC_CONF"),
+    }
+
+
+def threads_info(torch) -> dict:
+    return {
+        "torch": torch.get_num_threads(),
+        "omp_env": os.environ.get("OMP_NUM_THREADS"),
+        "openmp": [
+            p for p in _maps() if any(n in os.path.basename(p) for n in ("libgomp", "libiomp", "libomp"))
+        ],
+        "cpus": _cpus(),
+    }
+
+
+def _device(torch, want: str):
+    if want == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", 0)
+
+
+def _sync(torch, dev) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+# ------------------------------------------------------------------------------------------- workloads
+
+
+def _dataset(cfg: dict, crop: int):
+    want = int(cfg["images"])
+    paths = sorted(glob.glob(os.path.join(cfg["images_dir"], "img_*.jpg")))[:want]
+    if len(paths) < want:
+        raise RuntimeError(f"{cfg['images_dir']} holds {len(paths)} JPEGs, not {want}")
+    ds = JpegDataset(paths, crop=crop, seed=int(cfg.get("seed", 0)))
+    # Warm what both sides need anyway (PIL's and torch's code paths, the files' pages) outside the timing.
+    for i in range(min(len(ds), int(cfg.get("warmup_images", 8)))):
+        ds[i]
+    return ds
+
+
+def _loader(torch, ds, cfg: dict):
+    from torch.utils.data import DataLoader
+
+    workers = int(cfg.get("workers", 0))
+    kw = {
+        "batch_size": int(cfg.get("batch", 32)),
+        "shuffle": True,
+        "num_workers": workers,
+        "pin_memory": bool(cfg.get("pin_memory", False)),
+        "drop_last": False,
+        "generator": torch.Generator().manual_seed(int(cfg.get("seed", 0))),
+    }
+    if workers > 0:
+        kw["persistent_workers"] = bool(cfg.get("persistent_workers", False))
+    return DataLoader(ds, **kw)
+
+
+def _model(torch, cfg: dict, dev):
+    torch.manual_seed(int(cfg.get("seed", 0)))
+    nn = torch.nn
+    model = _cnn(nn, list(cfg.get("channels", (16, 32, 64)))).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def run_pipeline(torch, cfg: dict, dev) -> dict:
+    """decode -> random resized crop -> flip -> normalise -> collate, through a DataLoader: images/s over
+    ``epochs`` epochs, worker start-up included (that is what a job pays each epoch without persistence).
+    ``fill_pause``: after the first batch the consumer pauses (that factor times the first batch's wait,
+    at least 0.5 s, left out of the timing), as a slow first training step would, so the workers fill
+    their prefetch queues: workers x prefetch_factor batches in shared memory at once, what makes a small
+    /dev/shm overflow."""
+    ds = _dataset(cfg, int(cfg.get("crop", 224)))
+    pin = bool(cfg.get("pin_memory", False))
+    fill = float(cfg.get("fill_pause", 0.0))
+    paused, shm_used = 0.0, None
+    if dev.type == "cuda":
+        torch.zeros(1, device=dev)  # CUDA context outside the timing
+    dl = _loader(torch, ds, cfg)
+    emit({"event": "start"})
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(int(cfg.get("epochs", 1))):
+        for xb, _y in dl:
+            if dev.type == "cuda":
+                xb = xb.to(dev, non_blocking=pin)
+            n += int(xb.shape[0])
+            if fill and not paused:
+                paused = max(0.5, fill * (time.perf_counter() - t0))
+                time.sleep(paused)
+                shm_used = shm_bytes() - shm_free_bytes() if shm_bytes() else None
+    _sync(torch, dev)
+    dt = time.perf_counter() - t0 - paused
+    del dl  # persistent workers stop here, outside the timing
+    out = {"metric": n / dt, "unit": "img/s", "items": n, "seconds": dt}
+    if fill:
+        out.update(paused_s=paused, shm_used_bytes=shm_used)
+    return out
+
+
+def run_train(torch, cfg: dict, dev) -> dict:
+    """SGD steps of a small conv-net on a fixed batch: images/s over at least ``min_steps`` steps and
+    ``measure_s`` seconds, after ``warmup_steps``."""
+    step = _model(torch, cfg, dev)
+    batch, size = int(cfg.get("batch", 32)), int(cfg.get("size", 112))
+    g = torch.Generator().manual_seed(int(cfg.get("seed", 0)))
+    x = torch.randn(batch, 3, size, size, generator=g).to(dev)
+    y = torch.randint(0, 10, (batch,), generator=g).to(dev)
+    for _ in range(int(cfg.get("warmup_steps", 2))):
+        step(x, y)
+    _sync(torch, dev)
+    emit({"event": "start"})
+    min_steps, measure_s = max(1, int(cfg.get("min_steps", 3))), float(cfg.get("measure_s", 1.0))
+    steps = 0
+    t0 = time.perf_counter()
+    while steps < min_steps or (time.perf_counter() - t0 < measure_s and steps < 10_000):
+        loss = step(x, y)
+        steps += 1
+    _sync(torch, dev)
+    dt = time.perf_counter() - t0
+    lv = float(loss.detach())
+    if not math.isfinite(lv):
+        raise RuntimeError(f"training loss is {lv}")
+    return {
+        "metric": batch * steps / dt,
+        "unit": "img/s",
+        "items": batch * steps,
+        "steps": steps,
+        "seconds": dt,
+    }
+
+
+def run_e2e(torch, cfg: dict, dev) -> dict:
+    """The pipeline feeding the training step (crops at the model's input size): images/s."""
+    ds = _dataset(cfg, int(cfg.get("size", 112)))
+    step = _model(torch, cfg, dev)
+    pin = bool(cfg.get("pin_memory", False))
+    x0 = torch.stack([ds[i][0] for i in range(min(len(ds), int(cfg.get("batch", 32))))]).to(dev)
+    y0 = torch.zeros(x0.shape[0], dtype=torch.long, device=dev)
+    for _ in range(int(cfg.get("warmup_steps", 2))):
+        step(x0, y0)
+    _sync(torch, dev)
+    dl = _loader(torch, ds, cfg)
+    emit({"event": "start"})
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(int(cfg.get("epochs", 1))):
+        for xb, yb in dl:
+            step(xb.to(dev, non_blocking=pin), yb.to(dev, non_blocking=pin))
+            n += int(xb.shape[0])
+    _sync(torch, dev)
+    dt = time.perf_counter() - t0
+    del dl
+    return {"metric": n / dt, "unit": "img/s", "items": n, "seconds": dt}
+
+
+WORKLOADS = {"pipeline": run_pipeline, "train": run_train, "e2e": run_e2e}
+
+
+# ----------------------------------------------------------------------------------------------- tasks
+
+
+def task_probe(cfg: dict) -> dict:
+    out = {
+        "ok": True,
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "tag": "cp{}{}".format(*sys.version_info[:2]),
+        "machine": platform.machine(),
+        "cpus": _cpus(),
+        "pil": pil_info(),
+        "allocator": allocator_info(),
+        "shm_bytes": shm_bytes(),
+        "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+    }
+    try:
+        import torch
+    except Exception as exc:
+        out["torch"] = None
+        out["torch_error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    t = {
+        "version": torch.__version__,
+        "cuda": getattr(torch.version, "cuda", None),
+        "cuda_available": False,
+        "gpus": [],
+    }
+    try:
+        t["cuda_available"] = bool(torch.cuda.is_available())
+        if t["cuda_available"]:
+            t["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception as exc:
+        t["cuda_error"] = f"{type(exc).__name__}: {exc}"
+    out["torch"] = t
+    out["threads"] = threads_info(torch)
+    return out
+
+
+def task_images(cfg: dict) -> dict:
+    t0 = time.perf_counter()
+    paths = write_jpegs(
+        cfg["dir"],
+        int(cfg["images"]),
+        size=tuple(cfg.get("size", (484, 402))),
+        quality=int(cfg.get("quality", 90)),
+        seed=int(cfg.get("seed", 0)),
+    )
+    return {"ok": True, "images": len(paths), "seconds": time.perf_counter() - t0, "pil": pil_info()}
+
+
+def task_measure(cfg: dict) -> dict:
+    expect = cfg.get("expect") or {}
+    # The cheap proofs first: a wrong allocator or PIL is known before torch is imported.
+    alloc = allocator_info()
+    err = proof.allocator_error(expect.get("allocator"), expect.get("allocator_path"), alloc["mapped"])
+    pil = pil_info()
+    err = err or proof.pil_error(expect.get("pil"), pil)
+    if err:
+        return {"ok": False, "stage": "proof", "error": err, "allocator": alloc, "pil": pil}
+    import torch
+
+    dev = _device(torch, cfg.get("device", "auto"))
+    data = WORKLOADS[cfg["workload"]](torch, cfg, dev)
+    data.update(
+        ok=True,
+        workload=cfg["workload"],
+        device=str(dev),
+        torch=torch.__version__,
+        allocator=alloc,
+        pil=pil,
+        threads=threads_info(torch),
+        shm_bytes=shm_bytes(),
+    )
+    return data
+
+
+TASKS = {"probe": task_probe, "images": task_images, "measure": task_measure}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    stage = "config"
+    try:
+        cfg = json.loads(argv[0]) if argv else None
+        if not isinstance(cfg, dict) or cfg.get("task", "measure") not in TASKS:
+            sys.stderr.write("usage: python -m hostcheck.bench.worker '<json config>'\n")
+            return 2
+        stage = cfg.get("task", "measure")
+        t0 = time.perf_counter()
+        rec = TASKS[stage](cfg)
+        rec["wall_s"] = round(time.perf_counter() - t0, 3)
+        emit(rec)
+        return 0 if rec.get("ok") else 3
+    except Exception as exc:
+        emit(
+            {
+                "ok": False,
+                "stage": stage,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
