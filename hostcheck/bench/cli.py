@@ -18,10 +18,12 @@ from typing import Any, Callable
 from hostcheck.cli import EXIT_USAGE, _Parser, _split, _UsageError
 
 EXIT_OK, EXIT_NOTHING_MEASURED = 0, 1
-# No warm-up round by default: the probe run and the image writer have already warmed the page cache
-# (torch, PIL, the JPEGs), and the mirrored order cancels drift; 28 runs saved on a 2-core node.
-DEFAULTS = {"pairs": 5, "warmup_pairs": 0, "images": 256}
-QUICK = {"pairs": 3, "warmup_pairs": 0, "images": 128}
+# One warm-up round by default: each variant's worker process makes its first, cold measurement (first
+# DataLoader, first training step, allocator arenas still empty) in it, and it is discarded. It costs one run
+# per variant, no process start. 192 images: the default plan in under 5 minutes on 2 cores (docs/bench.md,
+# "Time"); groups with many workers get more.
+DEFAULTS = {"pairs": 5, "warmup_pairs": 1, "images": 192}
+QUICK = {"pairs": 3, "warmup_pairs": 1, "images": 128}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hostcheck bench",
         description="Measure what each CPU-side tuning buys on this node: pillow-simd, malloc allocators, "
         "OMP_NUM_THREADS, DataLoader workers / pin_memory / persistent_workers, /dev/shm size. Every "
-        "comparison is A/B in interleaved rounds (one child process of the training Python per run) and "
+        "comparison is A/B in interleaved rounds (one worker process of the training Python per variant) and "
         "reported as the median of the paired ratios with their spread and a verdict.",
         epilog=f"Comparisons: {', '.join(TUNINGS)}. Exit codes: 0 ran (also when a tuning hurts), "
         "1 nothing could be measured, 2 usage or environment error. Docs: docs/bench.md",
@@ -47,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     size = p.add_argument_group("size")
     size.add_argument("--pairs", type=int, metavar="N", help="measured rounds per comparison (default 5)")
     size.add_argument(
-        "--warmup-pairs", type=int, metavar="N", help="rounds run first and discarded (default 0)"
+        "--warmup-pairs", type=int, metavar="N", help="rounds run first and discarded (default 1)"
     )
-    size.add_argument("--images", type=int, metavar="N", help="JPEGs per pipeline epoch (default 256)")
+    size.add_argument("--images", type=int, metavar="N", help="JPEGs per pipeline epoch (default 192)")
     size.add_argument("--batch", type=int, default=32, metavar="N", help="DataLoader batch size (default 32)")
     size.add_argument(
         "--quick", action="store_true", help="3 pairs, 128 images, shorter training runs, no e2e workload"
@@ -307,21 +309,34 @@ def _main(argv: list[str]) -> int:
     from hostcheck.bench.run import run_plan
 
     total = plan.runs(args.pairs, args.warmup_pairs)
-    est = total * (float(setup.probe.get("wall_s") or 2.0) + 1.5)
-    say(f"{len(plan.groups)} groups, {total} runs (roughly {est / 60:.0f} min); workdir {setup.workdir}")
+    est = estimate_s(plan, total, float(setup.probe.get("wall_s") or 2.0), setup.env.cpus)
+    say(
+        f"{len(plan.groups)} groups, {total} runs in {plan.processes()} worker processes "
+        f"(roughly {max(1, round(est / 60))} min); workdir {setup.workdir}"
+    )
     done = [0]
 
     def progress(s: str) -> None:
         done[0] += 1
         say(f"[{done[0]}/{total}] {s}")
 
-    ctx = replace(setup.ctx, progress=progress)
+    ctx = replace(setup.ctx, progress=progress, log=say)
     bench = run_plan(ctx, plan, args.pairs, args.warmup_pairs, args.images, args.seed)
     env = setup.env
     auto = max(1, min(env.cpus, env.physical_cores) // max(1, env.gpus))
     adv = advise(bench.comparisons, shm_large=args.shm_large, auto_threads=auto)
     doc = _document(args, setup, plan, bench, adv, when, time.monotonic() - started)
     return _emit(args, setup, plan, bench, adv, doc, when)
+
+
+#: Seconds of one run with its overhead, roughly (1.2-1.5 s on a 2-core VM at the defaults).
+RUN_S = 1.3
+
+
+def estimate_s(plan: Any, runs: int, startup_s: float, cpus: int) -> float:
+    """A rough duration: the runs, plus each group's worker start-ups (made together, on up to ``cpus``)."""
+    starts = sum(len(g.variants) * startup_s / max(1, min(len(g.variants), cpus)) for g in plan.groups)
+    return runs * RUN_S + starts
 
 
 def _document(args, setup: _Setup, plan, bench, adv, when: str, duration: float) -> dict[str, Any]:
@@ -454,7 +469,8 @@ def _system() -> dict[str, Any]:
 
 def _render_plan(plan: Any, args: argparse.Namespace) -> str:
     lines = [
-        f"{plan.runs(args.pairs, args.warmup_pairs)} runs ({args.pairs} pairs + {args.warmup_pairs} warm-up):"
+        f"{plan.runs(args.pairs, args.warmup_pairs)} runs ({args.pairs} pairs + {args.warmup_pairs} warm-up) "
+        f"in {plan.processes()} worker processes (one per variant):"
     ]
     for g in plan.groups:
         size = f", {g.config['images']} images" if "images" in g.config else ""

@@ -123,6 +123,10 @@ class Plan:
     def runs(self, pairs: int, warmup: int) -> int:
         return sum(len(g.variants) * (pairs + warmup) for g in self.groups)
 
+    def processes(self) -> int:
+        """Worker processes: one per variant of every group (each serves all of that variant's runs)."""
+        return sum(len(g.variants) for g in self.groups)
+
 
 @dataclass(frozen=True)
 class BenchEnv:
@@ -160,7 +164,7 @@ class BenchEnv:
 class PlanOptions:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
-    images: int = 256
+    images: int = 192
     batch: int = 32
     crop: int = 224
     seed: int = 0

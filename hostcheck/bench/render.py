@@ -159,6 +159,7 @@ def document(
         "problems": list(bench.problems),
         "interrupted": bench.interrupted,
         "runs": [r.to_dict() for r in bench.runs],
+        "processes": [dict(p) for p in bench.processes],
         "advice": advice,
     }
 

@@ -1,9 +1,13 @@
-"""Run a plan: one child process of the training Python per measurement, rounds interleaved, results as data.
+"""Run a plan: one long-lived worker process of the training Python per variant of a group, rounds
+interleaved, results as data.
 
-Each child gets a clean environment (the tuning variables hostcheck itself was started with are removed and
-reported, then the variant's own are set), PYTHONPATH with any PIL overlay first and hostcheck after it,
-and a hard timeout that kills its process group (runner.run_child). A child that crashes, hangs or prints
-nonsense becomes an error for its variant; the other variants and groups go on.
+Each worker (``python -m hostcheck.bench.worker --serve``, hostcheck.bench.server) gets a clean environment
+(the tuning variables hostcheck itself was started with are removed and reported, then the variant's own are
+set), PYTHONPATH with any PIL overlay first and hostcheck after it, and the ``unshare`` wrapper of a /dev/shm
+variant. It proves what it got in its hello line and in every answer; each measurement has a hard timeout
+that kills the worker's process group. A worker that crashes, hangs or prints nonsense becomes an error for
+its variant; the other variants and groups go on. Every group's workers are ended when the group ends, fails
+or is interrupted. The probe, the JPEG writer and the chart are one-shot children (runner.run_child).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, Callable
 from hostcheck.bench import proof
 from hostcheck.bench.discover import avx2_instructions
 from hostcheck.bench.plan import Group, Plan, Variant
+from hostcheck.bench.server import CLOSE_GRACE_S, Server, close_all
 from hostcheck.bench.stats import HELPS, HURTS, Summary, schedule, summarize
 from hostcheck.workload.runner import ProbeRun, child_env, run_child
 
@@ -41,6 +46,15 @@ Launcher = Callable[[list, dict, float, str], ProbeRun]
 
 def default_launcher(argv: list, env: dict, timeout: float, name: str) -> ProbeRun:
     return run_child(argv, timeout, name=name, env=env)
+
+
+#: (argv, env, name) -> a started worker with hello(timeout), request(cfg, timeout), end_input(),
+#: close(grace), info() (hostcheck.bench.server.Server); tests inject fakes.
+ServerLauncher = Callable[[list, dict, str], Any]
+
+
+def default_server_launcher(argv: list, env: dict, name: str) -> Server:
+    return Server(argv, env, name)
 
 
 def clean_env(environ: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -82,11 +96,18 @@ class Context:
     workdir: str
     timeout: float = 120.0
     launcher: Launcher = default_launcher
+    #: One line per measurement (counted by the CLI).
     progress: Callable[[str], None] | None = None
+    server_launcher: ServerLauncher = default_server_launcher
+    #: Other progress lines (worker processes started).
+    log: Callable[[str], None] | None = None
 
 
-def worker_argv(python: str, cfg: dict[str, Any], shm_size: str | None = None) -> list[str]:
-    argv = [python, "-m", "hostcheck.bench.worker", json.dumps(cfg, sort_keys=True)]
+def worker_argv(
+    python: str, cfg: dict[str, Any], shm_size: str | None = None, serve: bool = False
+) -> list[str]:
+    argv = [python, "-m", "hostcheck.bench.worker", *(["--serve"] if serve else [])]
+    argv.append(json.dumps(cfg, sort_keys=True))
     if shm_size:
         wrap = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SHM_SCRIPT, "sh"]
         return [*wrap, shm_size, *argv]
@@ -124,6 +145,10 @@ class RunResult:
     record: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     stderr_tail: str = ""
+    #: The worker process that ran it and which of its requests it was (1: the first, cold one; 0: none
+    #: was sent, the worker failed at start-up).
+    pid: int | None = None
+    request: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         rec = {k: v for k, v in self.record.items() if k not in ("traceback",)}
@@ -137,15 +162,22 @@ class RunResult:
             "error": self.error,
             "finding": self.finding,
             "wall_s": round(self.wall_s, 3),
+            "pid": self.pid,
+            "request": self.request,
             "record": rec,
             "stderr_tail": self.stderr_tail if self.error else "",
         }
 
 
-def judge_run(variant: Variant, run: ProbeRun) -> tuple[float | None, str | None, bool, dict]:
-    """(value, error, is_finding, final record) of one child. Pure."""
+def judge_run(
+    variant: Variant, run: ProbeRun, served: bool = False
+) -> tuple[float | None, str | None, bool, dict]:
+    """(value, error, is_finding, final record) of one child, or of one answer of a worker (``served``).
+    Pure. A served measurement reached its workload when the answer says ``started``; a worker that died
+    in a request (after its hello: torch imported, proofs passed, /dev/shm mounted) died in the workload."""
     final = next((r for r in reversed(run.records) if "ok" in r), {})
-    started = any(r.get("event") == "start" for r in run.records)
+    started = any(r.get("event") == "start" or r.get("started") for r in run.records)
+    started = started or (served and not run.records and run.rc is not None)
     if run.error is None and final.get("ok"):
         try:
             value = float(final["metric"])
@@ -172,31 +204,126 @@ def judge_run(variant: Variant, run: ProbeRun) -> tuple[float | None, str | None
     return None, err, finding, final
 
 
-def run_variant(
-    ctx: Context, group: Group, variant: Variant, rnd: int, warmup: bool, cfg: dict, overlay: str | None
-) -> RunResult:
+def judge_hello(variant: Variant, run: ProbeRun) -> str | None:
+    """Why a worker's start-up disqualifies it (a crash, a failed mount, a proof), or None. Pure."""
+    rec = next((r for r in reversed(run.records) if "ok" in r), {})
+    if run.error is None and rec.get("ok"):
+        return proof.check_record(variant.expect, rec)
+    if run.rc == SHM_MOUNT_FAILED and variant.shm_size:
+        return f"could not mount a {variant.shm_size} tmpfs on /dev/shm: {run.stderr_tail[-300:]}"
+    if rec.get("error"):
+        return f"the worker did not start: {rec['error']}"
+    return f"the worker did not start: {run.error or 'no hello line'}"
+
+
+def request_config(group: Group, variant: Variant, cfg: dict) -> dict[str, Any]:
     full = dict(group.config)
     full.update(cfg)
     full.update(variant.config)
     full["task"] = "measure"
     full["expect"] = variant.expect
-    argv = worker_argv(ctx.python, full, variant.shm_size)
-    t0 = time.monotonic()
-    run = ctx.launcher(argv, variant_env(ctx, variant, overlay), ctx.timeout, f"{group.key}:{variant.key}")
-    value, err, finding, rec = judge_run(variant, run)
-    return RunResult(
-        group=group.key,
-        variant=variant.key,
-        round=rnd,
-        warmup=warmup,
-        value=value,
-        unit=str(rec.get("unit", "")),
-        error=err,
-        finding=finding,
-        record=rec,
-        wall_s=time.monotonic() - t0,
-        stderr_tail=run.stderr_tail,
-    )
+    return full
+
+
+class Workers:
+    """The worker processes of one group, one per variant: started together (their imports overlap), each
+    proven by its hello line before any measurement, ended together. Use as a context manager."""
+
+    def __init__(self, ctx: Context, group: Group, overlays: dict[str, str | None]):
+        self.ctx, self.group = ctx, group
+        self.servers: dict[str, Any] = {}
+        #: variant key -> why its worker is unusable (start-up failed, proof), the hello's ProbeRun, its pid.
+        self.failed: dict[str, tuple[str, ProbeRun, int | None]] = {}
+        self.closed: list[dict[str, Any]] = []
+        #: Variants whose PIL overlay could not be unpacked: no worker (the error is reported at its turn).
+        self.no_overlay: set[str] = set()
+        try:
+            for v in group.variants:
+                overlay = overlays.get(v.overlay_wheel) if v.overlay_wheel else None
+                if v.overlay_wheel and not overlay:
+                    self.no_overlay.add(v.key)
+                    continue
+                argv = worker_argv(ctx.python, {"expect": v.expect}, v.shm_size, serve=True)
+                name = f"{group.key}:{v.key}"
+                self.servers[v.key] = ctx.server_launcher(argv, variant_env(ctx, v, overlay), name)
+        except BaseException:
+            self.close(0.0, "killed: the bench stopped")
+            raise
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, exc_type: type | None, *_: object) -> None:
+        # At the end of the group: a few seconds to exit on their own; on an error or Ctrl-C: at once.
+        if exc_type is None:
+            self.close()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close(0.0, "killed: interrupted")
+        else:
+            self.close(0.0, "killed: the bench stopped on an error")
+
+    def wait_ready(self) -> None:
+        """Every hello (the baseline's first: without it the others are not waited for)."""
+        t0 = time.monotonic()
+        base = self.group.variants[0].key
+        for v in self.group.variants:
+            server = self.servers.get(v.key)
+            if server is None:
+                continue
+            if base in self.failed:
+                self.drop(v.key, "not used: the baseline's worker failed")
+                continue
+            run = server.hello(self.ctx.timeout)
+            err = judge_hello(v, run)
+            if err:
+                self.failed[v.key] = (err, run, server.pid)
+                self.drop(v.key, "failed at start-up")
+        if self.ctx.log:
+            n, ready = len(self.servers) + len(self.closed), len(self.servers)
+            self.ctx.log(
+                f"{self.group.key}: {ready} of {n} worker processes ready in {time.monotonic() - t0:.1f} s"
+            )
+
+    def measure(self, v: Variant, rnd: int, warm: bool, cfg: dict) -> RunResult:
+        common = dict(group=self.group.key, variant=v.key, round=rnd, warmup=warm)
+        if v.key in self.failed:
+            err, hello, pid = self.failed[v.key]
+            return RunResult(**common, error=err, wall_s=hello.wall_s, stderr_tail=hello.stderr_tail, pid=pid)
+        server = self.servers.get(v.key)
+        if server is None:
+            return RunResult(**common, error="its worker process was already ended")
+        t0 = time.monotonic()
+        run = server.request(request_config(self.group, v, cfg), self.ctx.timeout)
+        value, err, finding, rec = judge_run(v, run, served=True)
+        return RunResult(
+            **common,
+            value=value,
+            unit=str(rec.get("unit", "")),
+            error=err,
+            finding=finding,
+            record=rec,
+            wall_s=time.monotonic() - t0,
+            stderr_tail=run.stderr_tail,
+            pid=server.pid,
+            request=server.requests,
+        )
+
+    def drop(self, key: str, why: str | None = None) -> None:
+        """End one variant's worker now (it failed, or it has nothing left to compare with)."""
+        server = self.servers.pop(key, None)
+        if server is not None:
+            server.close()
+            self.closed.append(dict(server.info(), variant=key, note=why))
+
+    def close(self, grace: float = CLOSE_GRACE_S, reason: str | None = None) -> None:
+        """End every worker left (``grace`` 0: at once, as on Ctrl-C; ``reason``: for those killed)."""
+        left = list(self.servers.items())
+        self.servers = {}
+        close_all([s for _, s in left], grace, reason)
+        self.closed += [dict(s.info(), variant=k, note=None) for k, s in left]
+
+    def info(self) -> list[dict[str, Any]]:
+        return [dict(x, group=self.group.key) for x in self.closed]
 
 
 # -------------------------------------------------------------------------------------------- a group
@@ -334,6 +461,7 @@ class _GroupState:
     first: dict[str, dict] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)
     runs: list[RunResult] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)
 
     def comparisons(self, group: Group, pairs: int, warmup: int) -> list[Comparison]:
         unit = next((r.unit for r in self.runs if r.unit), "")
@@ -345,28 +473,40 @@ class _GroupState:
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a group, carrying what the group measured until then."""
 
-    def __init__(self, comparisons: list[Comparison], runs: list[RunResult]):
+    def __init__(
+        self,
+        comparisons: list[Comparison],
+        runs: list[RunResult],
+        processes: list[dict[str, Any]] | None = None,
+    ):
         super().__init__("interrupted")
         self.comparisons = comparisons
         self.runs = runs
+        self.processes = processes or []
 
 
 def run_group(
     ctx: Context, group: Group, pairs: int, warmup: int, cfg: dict, overlays: dict[str, str | None]
-) -> tuple[list[Comparison], list[RunResult]]:
-    """Rounds of every variant, mirrored order on alternate rounds; a variant that fails once is dropped
-    (the same setting fails the same way: a timeout or crash would only cost more time)."""
+) -> tuple[list[Comparison], list[RunResult], list[dict[str, Any]]]:
+    """Rounds of every variant, mirrored order on alternate rounds, each variant's measurements made by its
+    own worker process; a variant that fails once is dropped (the same setting fails the same way: a timeout
+    or crash would only cost more time). Returns the comparisons, the runs and the worker processes."""
     st = _GroupState(values={v.key: [None] * pairs for v in group.variants})
+    workers = None
     try:
-        for rnd, vi, is_warm in schedule(len(group.variants), pairs, warmup):
-            if not _run_one(ctx, group, pairs, warmup, cfg, overlays, st, rnd, vi, is_warm):
-                break
-    except KeyboardInterrupt:  # keep what was measured: the caller reports it as partial
-        raise Interrupted(st.comparisons(group, pairs, warmup), st.runs) from None
-    return st.comparisons(group, pairs, warmup), st.runs
+        workers = Workers(ctx, group, overlays)
+        with workers:
+            workers.wait_ready()
+            for rnd, vi, is_warm in schedule(len(group.variants), pairs, warmup):
+                if not _run_one(ctx, group, pairs, warmup, cfg, workers, st, rnd, vi, is_warm):
+                    break
+    except KeyboardInterrupt:  # keep what was measured (the workers are ended): reported as partial
+        info = workers.info() if workers else []
+        raise Interrupted(st.comparisons(group, pairs, warmup), st.runs, info) from None
+    return st.comparisons(group, pairs, warmup), st.runs, workers.info()
 
 
-def _run_one(ctx, group, pairs, warmup, cfg, overlays, st: _GroupState, rnd, vi, is_warm) -> bool:
+def _run_one(ctx, group, pairs, warmup, cfg, workers: Workers, st: _GroupState, rnd, vi, is_warm) -> bool:
     """One scheduled run; False when the group has nothing left to compare."""
     v, base = group.variants[vi], group.variants[0]
     if all(x.key in st.errors for x in group.variants[1:]):
@@ -374,11 +514,10 @@ def _run_one(ctx, group, pairs, warmup, cfg, overlays, st: _GroupState, rnd, vi,
     # A failed baseline ends the group, unless its failure is the finding (then B still runs).
     if v.key in st.errors or (base.key in st.errors and base.key not in st.findings):
         return True
-    overlay = overlays.get(v.overlay_wheel) if v.overlay_wheel else None
-    if v.overlay_wheel and not overlay:
+    if v.key in workers.no_overlay:
         st.errors[v.key] = f"could not unpack {v.overlay_wheel}"
         return True
-    res = run_variant(ctx, group, v, rnd, is_warm, cfg, overlay)
+    res = workers.measure(v, rnd, is_warm, cfg)
     st.runs.append(res)
     if ctx.progress:
         what = (
@@ -390,6 +529,7 @@ def _run_one(ctx, group, pairs, warmup, cfg, overlays, st: _GroupState, rnd, vi,
         st.errors[v.key] = one_line(res.error)
         if res.finding and v.crash_finding:
             st.findings[v.key] = f"{v.crash_finding}: {one_line(res.error)}"
+        workers.drop(v.key, "failed")
         return True
     if not is_warm:
         st.values[v.key][rnd - warmup] = res.value
@@ -404,6 +544,7 @@ def _run_one(ctx, group, pairs, warmup, cfg, overlays, st: _GroupState, rnd, vi,
         if err:  # the pairs so far compared a PIL with itself: none of them counts
             st.errors[group.variants[1].key] = err
             st.values[group.variants[1].key] = [None] * pairs
+            workers.drop(group.variants[1].key, "failed")
     return True
 
 
@@ -503,6 +644,8 @@ class BenchRun:
     problems: tuple[str, ...] = ()
     #: Stopped by Ctrl-C: the comparisons are what was measured until then.
     interrupted: bool = False
+    #: The worker processes (Server.info() with group and variant): pid, start-up, requests, how it ended.
+    processes: tuple[dict[str, Any], ...] = ()
 
 
 def run_plan(ctx: Context, plan: Plan, pairs: int, warmup: int, images: int, seed: int = 0) -> BenchRun:
@@ -523,13 +666,16 @@ def run_plan(ctx: Context, plan: Plan, pairs: int, warmup: int, images: int, see
                     problems.append(err)
     comparisons: list[Comparison] = []
     runs: list[RunResult] = []
+    procs: list[dict[str, Any]] = []
     for g in plan.groups:
         try:
-            comps, rr = run_group(ctx, g, pairs, warmup, cfg, overlays)
+            comps, rr, pp = run_group(ctx, g, pairs, warmup, cfg, overlays)
         except Interrupted as stop:
             comparisons += stop.comparisons
             runs += stop.runs
-            return BenchRun(tuple(comparisons), tuple(runs), tuple(problems), interrupted=True)
+            procs += stop.processes
+            return BenchRun(tuple(comparisons), tuple(runs), tuple(problems), True, tuple(procs))
         comparisons += comps
         runs += rr
-    return BenchRun(tuple(comparisons), tuple(runs), tuple(problems))
+        procs += pp
+    return BenchRun(tuple(comparisons), tuple(runs), tuple(problems), processes=tuple(procs))

@@ -1,17 +1,26 @@
-"""One measurement in the *training* Python: ``python -m hostcheck.bench.worker '<json config>'``.
+"""Measurements in the *training* Python, one-shot or served by a long-lived process.
 
-Standard library, torch and PIL only (torch imported after the cheap checks), Python >= 3.9. The workload
-code is the workload probes' (JPEG writer, dataset, conv-net). Records are lines
+``python -m hostcheck.bench.worker '<json config>'`` runs one task and exits. Records are lines
 ``HOSTCHECK_WORKLOAD_JSON:{...}`` (hostcheck.workload.runner parses them): ``{"event": "start"}`` right
 before the measured part, so a crash after it is the workload's and not the setup's, then one result,
-``{"ok": true, "metric": ..., ...}`` or ``{"ok": false, "error": ..., "stage": ...}``.
+``{"ok": true, "metric": ..., ...}`` or ``{"ok": false, "error": ..., "stage": ...}``. Config "task":
+``probe`` (environment only), ``images`` (write the JPEGs once), ``measure`` (default: one workload,
+``pipeline``, ``train`` or ``e2e``, under the environment the orchestrator set).
 
-Config "task": ``probe`` (environment only), ``images`` (write the JPEGs once), ``measure`` (default: one
-workload, ``pipeline``, ``train`` or ``e2e``, under the environment the orchestrator set).
+``python -m hostcheck.bench.worker --serve '<json: {"expect": {...}}>'`` serves one variant of a group
+(hostcheck.bench.server is the other end): it checks the cheap proofs, imports torch and PIL once and prints
+a hello line, then reads one ``measure`` config per line on stdin and answers each with exactly one JSON
+line (``"started"`` says whether the measured part was reached), until EOF. Answers are plain JSON lines
+on the original stdout; everything else that prints to stdout in this process (torch, DataLoader workers,
+libraries) is sent to stderr, so it cannot corrupt an answer.
+
+Standard library, torch and PIL only (torch imported after the cheap checks), Python >= 3.9. The workload
+code is the workload probes' (JPEG writer, dataset, conv-net).
 """
 
 from __future__ import annotations
 
+import gc
 import glob
 import json
 import math
@@ -26,6 +35,18 @@ from hostcheck.workload.probes import JpegDataset, _cnn, emit, write_jpegs
 from hostcheck.workload.probes import _shm_bytes as shm_bytes
 
 ENV_KEYS = ("LD_PRELOAD", "MALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+#: Set while serving (serve()): whether the current request reached its measured part (mark_start).
+_serving: dict | None = None
+
+
+def mark_start() -> None:
+    """The measured part begins: a crash from here on is the workload's, not the setup's."""
+    if _serving is not None:
+        _serving["started"] = True
+    else:
+        emit({"event": "start"})
 
 
 def _maps() -> list[str]:
@@ -193,7 +214,7 @@ def run_pipeline(torch, cfg: dict, dev) -> dict:
     if dev.type == "cuda":
         torch.zeros(1, device=dev)  # CUDA context outside the timing
     dl = _loader(torch, ds, cfg)
-    emit({"event": "start"})
+    mark_start()
     n = 0
     t0 = time.perf_counter()
     for _ in range(int(cfg.get("epochs", 1))):
@@ -225,7 +246,7 @@ def run_train(torch, cfg: dict, dev) -> dict:
     for _ in range(int(cfg.get("warmup_steps", 2))):
         step(x, y)
     _sync(torch, dev)
-    emit({"event": "start"})
+    mark_start()
     min_steps, measure_s = max(1, int(cfg.get("min_steps", 3))), float(cfg.get("measure_s", 1.0))
     steps = 0
     t0 = time.perf_counter()
@@ -257,7 +278,7 @@ def run_e2e(torch, cfg: dict, dev) -> dict:
         step(x0, y0)
     _sync(torch, dev)
     dl = _loader(torch, ds, cfg)
-    emit({"event": "start"})
+    mark_start()
     n = 0
     t0 = time.perf_counter()
     for _ in range(int(cfg.get("epochs", 1))):
@@ -353,13 +374,114 @@ def task_measure(cfg: dict) -> dict:
 TASKS = {"probe": task_probe, "images": task_images, "measure": task_measure}
 
 
+# --------------------------------------------------------------------------------------------- serving
+
+
+def hello(cfg: dict) -> dict:
+    """Start-up of a serving process: the cheap proofs, then torch and PIL imported once; what it got."""
+    t0 = time.perf_counter()
+    expect = cfg.get("expect") or {}
+    alloc = allocator_info()
+    pil = pil_info()
+    err = proof.allocator_error(expect.get("allocator"), expect.get("allocator_path"), alloc["mapped"])
+    err = err or proof.pil_error(expect.get("pil"), pil)
+    if err:
+        return {"event": "hello", "ok": False, "stage": "proof", "error": err, "allocator": alloc, "pil": pil}
+    import torch
+    import torch.utils.data  # what every workload needs, imported before the first request
+
+    # What start-up made stays for good: out of the collector's way (the collection after each request then
+    # costs next to nothing, not 0.1 s) and out of the pages a forked DataLoader worker would copy.
+    gc.collect()
+    gc.freeze()
+    return {
+        "event": "hello",
+        "ok": True,
+        "pid": os.getpid(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "allocator": allocator_info(),
+        "pil": pil,
+        "threads": threads_info(torch),
+        "shm_bytes": shm_bytes(),
+        "startup_s": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _answer_channel():
+    """A copy of fd 1 for the answers, then fd 1 pointed at stderr: whatever else writes to stdout in this
+    process or its children (torch, a DataLoader worker, a library's warning) cannot corrupt an answer."""
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
+def _answer(out, rec: dict) -> None:
+    out.write(json.dumps(rec, default=str) + "\n")
+    out.flush()
+
+
+def serve(argv: list[str]) -> int:
+    """Hello, then one answer line per request line on stdin, until EOF (docs/bench.md, "How")."""
+    global _serving
+    out = _answer_channel()
+    try:
+        try:
+            cfg = json.loads(argv[0]) if argv else {}
+            if not isinstance(cfg, dict):
+                raise ValueError("not a JSON object")
+            rec = hello(cfg)
+        except Exception as exc:
+            rec = {
+                "event": "hello",
+                "ok": False,
+                "stage": "startup",
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
+        _answer(out, rec)
+        if not rec["ok"]:
+            return 3
+        _serving = {"started": False}
+        n = 0
+        for raw in sys.stdin.buffer:
+            if not raw.strip():
+                continue
+            n += 1
+            _serving["started"] = False
+            t0 = time.perf_counter()
+            try:
+                req = json.loads(raw)
+                if not isinstance(req, dict):
+                    raise ValueError("the request is not a JSON object")
+                rec = task_measure(req)
+            except Exception as exc:
+                rec = {
+                    "ok": False,
+                    "stage": "measure",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-2000:],
+                }
+            rec.update(started=_serving["started"], request=n, wall_s=round(time.perf_counter() - t0, 3))
+            gc.collect()  # the DataLoader and its workers are gone before the next variant measures
+            _answer(out, rec)
+        return 0
+    except BrokenPipeError:  # the orchestrator went away
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--serve"]:
+        return serve(argv[1:])
     stage = "config"
     try:
         cfg = json.loads(argv[0]) if argv else None
         if not isinstance(cfg, dict) or cfg.get("task", "measure") not in TASKS:
-            sys.stderr.write("usage: python -m hostcheck.bench.worker '<json config>'\n")
+            sys.stderr.write(
+                "usage: python -m hostcheck.bench.worker '<json config>' | --serve '<json config>'\n"
+            )
             return 2
         stage = cfg.get("task", "measure")
         t0 = time.perf_counter()

@@ -73,9 +73,17 @@ def test_a_training_python_that_cannot_run_the_bench_is_an_environment_error(tmp
 
 def test_quick_fills_its_defaults_and_explicit_values_win():
     args = cli.validate(cli.build_parser().parse_args(["--quick", "--pairs", "4"]))
-    assert (args.pairs, args.warmup_pairs, args.images) == (4, 0, 128)
+    assert (args.pairs, args.warmup_pairs, args.images) == (4, 1, 128)
     args = cli.validate(cli.build_parser().parse_args(["--advice-file", "/tmp/x.yml"]))
-    assert (args.pairs, args.warmup_pairs, args.images, args.apply_advice) == (5, 0, 256, True)
+    assert (args.pairs, args.warmup_pairs, args.images, args.apply_advice) == (
+        cli.DEFAULTS["pairs"],
+        1,
+        cli.DEFAULTS["images"],
+        True,
+    )
+    assert cli.DEFAULTS["pairs"] >= 5 and cli.QUICK["pairs"] < cli.DEFAULTS["pairs"]
+    args = cli.validate(cli.build_parser().parse_args(["--warmup-pairs", "0"]))
+    assert args.warmup_pairs == 0
 
 
 def test_real_tiny_bench_in_this_venv(tmp_path, capsys):
@@ -108,12 +116,20 @@ def test_real_tiny_bench_in_this_venv(tmp_path, capsys):
         assert c["verdict"] == "too few pairs"
         (pair,) = c["pairs"]
         assert pair["a"] > 0 and pair["b"] > 0 and pair["ratio"] == pytest.approx(pair["b"] / pair["a"])
-        assert pair["order"] == "AB"
+        assert pair["order"] == "BA"  # the measured round follows the warm-up round (A B)
     assert comps["workers/pipeline:w1"]["b"]["config"] == {"workers": 1}
     runs = doc["runs"]
-    assert [r["variant"] for r in runs][:2] == ["w0", "w1"]
+    assert [(r["variant"], r["warmup"]) for r in runs] == [
+        ("w0", True), ("w1", True), ("w2", True), ("w2", False), ("w1", False), ("w0", False)
+    ]  # fmt: skip
     assert all(r["record"]["items"] == 16 and r["record"]["workload"] == "pipeline" for r in runs)
-    assert all(r["record"]["pil"]["version"] for r in runs)
+    assert all(r["record"]["pil"]["version"] and r["record"]["started"] for r in runs)
+    # One worker process per variant served both of its runs (the warm-up one first), then exited.
+    procs = {p["variant"]: p for p in doc["processes"]}
+    assert sorted(procs) == ["w0", "w1", "w2"]
+    assert all(p["requests"] == 2 and p["ended"] == "exit 0" and p["startup_s"] > 0 for p in procs.values())
+    for r in runs:
+        assert r["pid"] == procs[r["variant"]]["pid"] and r["request"] == (1 if r["warmup"] else 2)
     assert doc["chart"]["path"] == str(out_png)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert advice.read_text().startswith("# hostcheck bench advice for ")
@@ -121,3 +137,25 @@ def test_real_tiny_bench_in_this_venv(tmp_path, capsys):
     work = tmp_path / "work"
     (folder,) = [p for p in os.listdir(work) if p.startswith("jpeg-")]
     assert len([f for f in os.listdir(work / folder) if f.endswith(".jpg")]) == 16
+
+
+def test_list_prints_the_runs_and_the_worker_processes():
+    from argparse import Namespace
+
+    from hostcheck.bench.plan import Group, Plan, Skip, Variant
+
+    a, b, c = (Variant(k, f"label {k}") for k in "abc")
+    plan = Plan(
+        (
+            Group("allocator/train", "allocator", "train", "train", {"workload": "train"}, (a, b, c)),
+            Group("workers/pipeline", "workers", "pipeline", "pipe", {"images": 256}, (a, b)),
+        ),
+        (Skip("shm", "/dev/shm 64M vs 50%", "not root", "run as root"),),
+    )
+    text = cli._render_plan(plan, Namespace(pairs=5, warmup_pairs=1))
+    first, *rest = text.splitlines()
+    assert first == "30 runs (5 pairs + 1 warm-up) in 5 worker processes (one per variant):"
+    assert "  workers/pipeline: pipe, 256 images" in rest and "    B c: label c" in rest
+    assert rest[-1] == "  skipped shm (/dev/shm 64M vs 50%): not root; hint: run as root"
+    # The rough duration counts the runs and each group's worker start-ups (made together on the CPUs).
+    assert cli.estimate_s(plan, 30, 2.0, cpus=2) == pytest.approx(30 * cli.RUN_S + 3 * 2.0 / 2 + 2 * 2.0 / 2)

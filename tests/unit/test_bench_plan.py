@@ -92,7 +92,8 @@ def test_full_plan_on_a_2_core_cpu_node():
     assert shm.config["workers"] == 2 and shm.variants[0].shm_size == "64M"
     assert shm.variants[0].crash_finding and shm.variants[1].crash_finding is None
     assert shm.variants[0].expect["shm_max_bytes"] == 65 << 20
-    assert plan.runs(5, 1) == sum(len(x.variants) for x in plan.groups) * 6
+    assert plan.processes() == sum(len(x.variants) for x in plan.groups) == 28
+    assert plan.runs(5, 1) == plan.processes() * 6
 
 
 def test_pillow_simd_overlay_when_stock_pillow_is_installed():
@@ -170,7 +171,7 @@ def test_gpu_node_gets_pin_memory_and_the_gpu_training_sizes():
     assert P.worker_counts(e) == [1, 2, 4, 7, 8]
     # Epochs long enough for 8 workers (4 batches each), unless --images was given.
     assert g["workers/pipeline"].config["images"] == 32 * 4 * 8
-    assert g["allocator/pipeline"].config["images"] == 256
+    assert g["allocator/pipeline"].config["images"] == 192
     assert g["shm/pipeline"].config["images"] == 32 * (2 * 7 + 2)
     fixed = groups(P.build_plan(e, P.PlanOptions(only=("workers",), images=64, scale_images=False)))
     assert fixed["workers/pipeline"].config["images"] == 64

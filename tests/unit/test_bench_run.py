@@ -1,5 +1,6 @@
-"""hostcheck.bench.run: orchestration with fake children (canned records, crashes, hangs, bad JSON) and the
-checks that a run measured what it claims (allocator mapped, PIL overlay, /dev/shm size)."""
+"""hostcheck.bench.run and .server: orchestration with fake worker processes (in-process fakes with canned
+answers; tiny Python scripts that serve canned JSON lines, hang, crash or print nonsense), and the checks that
+a run measured what it claims (allocator mapped, PIL overlay, /dev/shm size)."""
 
 from __future__ import annotations
 
@@ -26,30 +27,79 @@ def ok_record(metric, **extra):
     return {"ok": True, "metric": metric, "unit": "img/s", **extra}
 
 
-class FakeLauncher:
-    """Answers each run from ``table[variant key]``: a number (the metric), a callable (round -> ProbeRun
-    or number) or a ProbeRun. Records every launch."""
+class FakeWorker:
+    """An in-process stand-in for hostcheck.bench.server.Server."""
 
-    def __init__(self, table, records=None):
-        self.table = table
-        self.records = records or {}
-        self.calls = []
+    def __init__(self, owner, key, argv, env, name):
+        self.owner, self.key, self.argv, self.env, self.name = owner, key, argv, env, name
+        self.pid = 1000 + len(owner.workers)
+        self.requests = 0
+        self.closed = None  # the grace it was closed with
 
-    def __call__(self, argv, env, timeout, name):
-        key = name.split(":", 1)[1]
-        self.calls.append((key, argv, env))
-        n = sum(1 for k, _, _ in self.calls if k == key) - 1
-        ans = self.table[key]
+    def hello(self, timeout):
+        if self.key in self.owner.hellos:
+            return self.owner.hellos[self.key]
+        rec = {"event": "hello", "ok": True, **self.owner.records.get(self.key, {})}
+        return ProbeRun(name=self.name, records=(rec,))
+
+    def request(self, cfg, timeout):
+        assert self.closed is None, f"{self.key}: request to a closed worker"
+        self.owner.calls.append((self.key, self.argv, self.env))
+        self.owner.configs.append((self.key, cfg))
+        n = self.requests
+        self.requests += 1
+        ans = self.owner.table[self.key]
         if callable(ans):
             ans = ans(n)
         if isinstance(ans, ProbeRun):
             return ans
-        rec = ok_record(ans, **self.records.get(key, {}))
-        return ProbeRun(name=name, records=({"event": "start"}, rec))
+        rec = ok_record(ans, started=True, **self.owner.records.get(self.key, {}))
+        return ProbeRun(name=self.name, records=(rec,))
+
+    def end_input(self):
+        pass
+
+    def close(self, grace=3.0, reason=None):
+        if self.closed is None:
+            self.closed = grace
+
+    def info(self):
+        return {"name": self.name, "pid": self.pid, "requests": self.requests, "ended": "exit 0"}
 
 
-def ctx(launcher, tmp_path, timeout=30.0):
-    return R.Context("/venv/bin/python", {"PATH": "/usr/bin"}, "/shim", str(tmp_path), timeout, launcher)
+class FakeWorkers:
+    """Starts a FakeWorker per variant; each request is answered from ``table[variant key]``: a number (the
+    metric), a callable (request index -> ProbeRun or number) or a ProbeRun. ``hellos[key]``: that worker's
+    start-up (a ProbeRun) instead of a good one; ``records[key]``: fields of its hello and answers. Records
+    every request as (key, argv, env)."""
+
+    def __init__(self, table, records=None, hellos=None):
+        self.table = table
+        self.records = records or {}
+        self.hellos = hellos or {}
+        self.calls = []
+        self.configs = []
+        self.workers = []
+
+    def __call__(self, argv, env, name):
+        w = FakeWorker(self, name.split(":", 1)[1], argv, env, name)
+        self.workers.append(w)
+        return w
+
+    def all_closed(self):
+        return all(w.closed is not None for w in self.workers)
+
+
+def ctx(workers, tmp_path, timeout=30.0, **kw):
+    return R.Context(
+        "/venv/bin/python",
+        {"PATH": "/usr/bin"},
+        "/shim",
+        str(tmp_path),
+        timeout,
+        server_launcher=workers,
+        **kw,
+    )
 
 
 def group(*variants, tuning="workers", workload="pipeline"):
@@ -67,11 +117,29 @@ def test_rounds_are_mirrored_and_each_tuning_is_paired_with_its_rounds_baseline(
         "b": [130, 120, 140, 135, 138, 125],
         "c": [70, 65, 80, 72, 74, 69],
     }
-    fake = FakeLauncher({k: (lambda n, k=k: seq[k][n]) for k in seq})
-    comps, runs = R.run_group(ctx(fake, tmp_path), group(A, B, C), pairs=5, warmup=1, cfg={}, overlays={})
+    fake = FakeWorkers({k: (lambda n, k=k: seq[k][n]) for k in seq})
+    g = Group(
+        "workers/pipeline", "workers", "pipeline", "t", {"workload": "pipeline", "images": 8}, (A, B, C)
+    )
+    comps, runs, procs = R.run_group(ctx(fake, tmp_path), g, pairs=5, warmup=1, cfg={"seed": 3}, overlays={})
     order = "".join(k for k, _, _ in fake.calls)
     assert order == "abc" + "cba" + "abc" + "cba" + "abc" + "cba"
     assert len(runs) == 18 and [r.warmup for r in runs[:3]] == [True] * 3
+    # One worker per variant serves all its runs, started with --serve, ended with the group.
+    assert [w.key for w in fake.workers] == ["a", "b", "c"] and fake.all_closed()
+    assert all(w.argv[-2] == "--serve" and w.requests == 6 for w in fake.workers)
+    assert json.loads(fake.workers[0].argv[-1]) == {"expect": {}}
+    assert [r.request for r in runs if r.variant == "b"] == [1, 2, 3, 4, 5, 6]
+    assert {r.pid for r in runs if r.variant == "b"} == {fake.workers[1].pid}
+    assert [p["variant"] for p in procs] == ["a", "b", "c"] and procs[0]["group"] == "workers/pipeline"
+    # Each request is the whole measurement config: group, shared and variant settings, the proofs.
+    assert fake.configs[0][1] == {
+        "workload": "pipeline",
+        "images": 8,
+        "seed": 3,
+        "task": "measure",
+        "expect": {},
+    }
     b, c = comps
     assert b.status == R.MEASURED and b.b.values == (120, 140, 135, 138, 125)  # warm-up dropped
     assert b.a.values == (90, 110, 100, 105, 95)
@@ -88,21 +156,28 @@ def test_a_crashing_variant_is_an_error_and_the_others_go_on(tmp_path):
     crash = ProbeRun(
         name="x", error="crashed (exit 1): RuntimeError: boom", rc=1, stderr_tail="RuntimeError: boom"
     )
-    fake = FakeLauncher({"a": 100, "b": crash, "c": 150})
-    comps, _ = R.run_group(ctx(fake, tmp_path), group(A, B, C), pairs=3, warmup=0, cfg={}, overlays={})
+    fake = FakeWorkers({"a": 100, "b": crash, "c": 150})
+    comps, _, _ = R.run_group(ctx(fake, tmp_path), group(A, B, C), pairs=3, warmup=0, cfg={}, overlays={})
     b, c = comps
     assert b.status == R.ERROR and "boom" in b.message and b.verdict == "error"
     assert [k for k, _, _ in fake.calls].count("b") == 1  # dropped after its first failure
+    assert fake.workers[1].closed is not None  # and its worker ended at once
     assert c.status == R.MEASURED and c.summary.pairs == 3 and c.summary.ratio == pytest.approx(1.5)
 
 
 def test_a_failed_baseline_ends_the_group(tmp_path):
     dead = ProbeRun(name="x", error="timed out after 5 s and was killed", timed_out=True)
-    fake = FakeLauncher({"a": dead, "b": 100, "c": 100})
-    comps, _ = R.run_group(ctx(fake, tmp_path), group(A, B, C), pairs=3, warmup=0, cfg={}, overlays={})
+    fake = FakeWorkers({"a": dead, "b": 100, "c": 100})
+    comps, _, _ = R.run_group(ctx(fake, tmp_path), group(A, B, C), pairs=3, warmup=0, cfg={}, overlays={})
     assert [c.status for c in comps] == [R.ERROR, R.ERROR]
     assert "baseline (baseline) failed: timed out" in comps[0].message
-    assert [k for k, _, _ in fake.calls] == ["a"]
+    assert [k for k, _, _ in fake.calls] == ["a"] and fake.all_closed()
+    # A baseline whose worker did not start: the others are not waited for, nothing is measured.
+    bad = ProbeRun(name="x", error="crashed (exit 1): ImportError: no torch", rc=1)
+    fake = FakeWorkers({"a": 100, "b": 100, "c": 100}, hellos={"a": bad})
+    comps, runs, _ = R.run_group(ctx(fake, tmp_path), group(A, B, C), 3, 1, {}, {})
+    assert "the worker did not start: crashed (exit 1): ImportError: no torch" in comps[0].message
+    assert fake.calls == [] and fake.all_closed() and len(runs) == 1 and runs[0].request == 0
 
 
 def test_an_allocator_that_did_not_load_is_an_error(tmp_path):
@@ -113,16 +188,27 @@ def test_an_allocator_that_did_not_load_is_an_error(tmp_path):
         expect={"allocator": "jemalloc", "allocator_path": JE, "malloc_conf": ""},
     )
     glibc = Variant("glibc", "glibc", expect={"allocator": "glibc"})
-    fake = FakeLauncher(
+    fake = FakeWorkers(
         {"glibc": 100, "jemalloc": 90},
         records={"glibc": {"allocator": {"mapped": []}}, "jemalloc": {"allocator": {"mapped": []}}},
     )
-    comps, _ = R.run_group(
+    comps, _, _ = R.run_group(
         ctx(fake, tmp_path), group(glibc, je, tuning="allocator"), pairs=2, warmup=0, cfg={}, overlays={}
     )
     assert comps[0].status == R.ERROR
     assert "LD_PRELOAD path did not load" in comps[0].message
-    assert fake.calls[1][2]["LD_PRELOAD"] == JE
+    # Known from the worker's hello: it got no request, and it ran with the preload.
+    assert [k for k, _, _ in fake.calls] == ["glibc"]
+    assert fake.workers[1].env["LD_PRELOAD"] == JE and fake.workers[1].closed is not None
+    # A worker whose hello was right but whose answer is not (every answer is checked too).
+    late = {"allocator": {"mapped": [JE]}}
+    fake = FakeWorkers(
+        {"glibc": 100, "jemalloc": lambda n: 90 if n == 0 else ProbeRun(name="x", records=(ok_record(90),))},
+        records={"glibc": {"allocator": {"mapped": []}}, "jemalloc": late},
+    )
+    comps, _, _ = R.run_group(ctx(fake, tmp_path), group(glibc, je, tuning="allocator"), 3, 0, {}, {})
+    assert comps[0].status == R.MEASURED and comps[0].summary.pairs == 1
+    assert "LD_PRELOAD path did not load" in comps[0].message
 
 
 def test_allocator_proof_rules():
@@ -142,8 +228,8 @@ def test_allocator_proof_rules():
 
 def test_the_same_pil_on_both_sides_is_refused(tmp_path):
     pil = {"version": "13.0.0", "simd": False, "path": "/venv/PIL"}
-    fake = FakeLauncher({"a": 100, "b": 101}, records={"a": {"pil": pil}, "b": {"pil": pil}})
-    comps, _ = R.run_group(ctx(fake, tmp_path), group(A, B, tuning="pillow"), 3, 0, {}, {})
+    fake = FakeWorkers({"a": 100, "b": 101}, records={"a": {"pil": pil}, "b": {"pil": pil}})
+    comps, _, _ = R.run_group(ctx(fake, tmp_path), group(A, B, tuning="pillow"), 3, 0, {}, {})
     assert comps[0].status == R.ERROR and "both sides imported the same PIL" in comps[0].message
     assert len(fake.calls) == 2  # refused at once, not measured three times
 
@@ -152,20 +238,22 @@ def test_an_overlay_that_lost_to_the_installed_pil_is_an_error(tmp_path):
     stock = {"version": "13.0.0", "simd": False, "path": "/venv/PIL"}
     a = Variant("pillow", "Pillow", expect={"pil": "pillow"})
     b = Variant("pillow-simd", "pillow-simd", expect={"pil": "pillow-simd"}, overlay_wheel="/w/simd.whl")
-    fake = FakeLauncher(
+    fake = FakeWorkers(
         {"pillow": 100, "pillow-simd": 130}, records={"pillow": {"pil": stock}, "pillow-simd": {"pil": stock}}
     )
-    comps, _ = R.run_group(
+    comps, _, _ = R.run_group(
         ctx(fake, tmp_path), group(a, b, tuning="pillow"), 2, 0, {}, {"/w/simd.whl": "/ov/simd"}
     )
     assert comps[0].status == R.ERROR and "overlay did not take effect" in comps[0].message
+    assert [k for k, _, _ in fake.calls] == ["pillow"]  # known from the hello: never measured
     # The overlay goes first on PYTHONPATH, hostcheck's shim after it.
-    env_b = next(e for k, _, e in fake.calls if k == "pillow-simd")
+    env_b = fake.workers[1].env
     assert env_b["PYTHONPATH"].split(os.pathsep)[:2] == ["/ov/simd", "/shim"]
     # A wheel that could not be unpacked: an error, nothing launched for it.
-    fake = FakeLauncher({"pillow": 100}, records={"pillow": {"pil": stock}})
-    comps, _ = R.run_group(ctx(fake, tmp_path), group(a, b, tuning="pillow"), 2, 0, {}, {})
+    fake = FakeWorkers({"pillow": 100}, records={"pillow": {"pil": stock}})
+    comps, _, _ = R.run_group(ctx(fake, tmp_path), group(a, b, tuning="pillow"), 2, 0, {}, {})
     assert "could not unpack /w/simd.whl" in comps[0].message
+    assert [w.key for w in fake.workers] == ["pillow"] and fake.all_closed()
 
 
 def test_a_small_shm_crash_is_a_finding_not_an_error(tmp_path):
@@ -173,42 +261,51 @@ def test_a_small_shm_crash_is_a_finding_not_an_error(tmp_path):
         "shm-small", "/dev/shm 64M", shm_size="64M", crash_finding="a 64M /dev/shm breaks DataLoader workers"
     )
     large = Variant("shm-large", "/dev/shm 50%", shm_size="50%")
+    # The small side's worker dies in a request (after its hello: torch imported, tmpfs mounted).
     bus = ProbeRun(
         name="x",
-        records=({"event": "start"},),
         error="crashed (killed by signal SIGBUS)",
         rc=-7,
         stderr_tail="ERROR: Unexpected bus error encountered in worker.",
     )
-    fake = FakeLauncher({"shm-small": bus, "shm-large": 200})
-    comps, _ = R.run_group(ctx(fake, tmp_path), group(small, large, tuning="shm"), 3, 1, {}, {})
+    fake = FakeWorkers({"shm-small": bus, "shm-large": 200})
+    comps, _, _ = R.run_group(ctx(fake, tmp_path), group(small, large, tuning="shm"), 3, 1, {}, {})
     (c,) = comps
     assert c.status == R.FINDING and c.verdict == HELPS
     assert c.message.startswith("a 64M /dev/shm breaks DataLoader workers: crashed (killed by signal SIGBUS)")
     assert c.b.values == (200, 200, 200)
     argv = fake.calls[0][1]
     assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"] and "64M" in argv
-    # The same crash before the workload started (setup) is an error, and so is a failed mount.
+    assert argv[argv.index("64M") + 1 :][:4] == [
+        "/venv/bin/python",
+        "-m",
+        "hostcheck.bench.worker",
+        "--serve",
+    ]
+    # The DataLoader's error as an answer (the worker lives on): a finding once the workload had started...
+    dl_error = {
+        "ok": False,
+        "error": "RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error.",
+    }
+    started = ProbeRun(name="x", records=({**dl_error, "started": True},))
+    comps, _, _ = R.run_group(
+        ctx(FakeWorkers({"shm-small": started, "shm-large": 2}), tmp_path),
+        group(small, large, tuning="shm"),
+        2,
+        0,
+        {},
+        {},
+    )
+    assert comps[0].status == R.FINDING and "killed by signal: Bus error" in comps[0].message
+    # ... an error before it (setup), and so is a worker that did not start, or a failed mount.
+    setup = ProbeRun(name="x", records=({**dl_error, "started": False},))
     early = ProbeRun(name="x", error="crashed (exit 1): ImportError: torch", rc=1)
-    comps, _ = R.run_group(
-        ctx(FakeLauncher({"shm-small": early, "shm-large": 1}), tmp_path),
-        group(small, large, tuning="shm"),
-        2,
-        0,
-        {},
-        {},
-    )
-    assert comps[0].status == R.ERROR
     mount = ProbeRun(name="x", error="crashed (exit 97)", rc=97, stderr_tail="mount: permission denied")
-    comps, _ = R.run_group(
-        ctx(FakeLauncher({"shm-small": mount, "shm-large": 1}), tmp_path),
-        group(small, large, tuning="shm"),
-        2,
-        0,
-        {},
-        {},
-    )
-    assert comps[0].status == R.ERROR and "could not mount a 64M tmpfs" in comps[0].message
+    for table, hellos in (({"shm-small": setup}, {}), ({}, {"shm-small": early}), ({}, {"shm-small": mount})):
+        fake = FakeWorkers({"shm-small": 1, "shm-large": 1, **table}, hellos=hellos)
+        comps, _, _ = R.run_group(ctx(fake, tmp_path), group(small, large, tuning="shm"), 2, 0, {}, {})
+        assert comps[0].status == R.ERROR and fake.all_closed()
+    assert "could not mount a 64M tmpfs" in comps[0].message and "permission denied" in comps[0].message
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path):
@@ -217,7 +314,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
             raise KeyboardInterrupt
         return 120
 
-    fake = FakeLauncher({"a": 100, "b": stop, "c": 90})
+    fake = FakeWorkers({"a": 100, "b": stop, "c": 90})
     g1 = group(A, B, workload="train")
     g2 = Group("threads/train", "threads", "train", "t", {"workload": "train"}, (A, C))
     plan = Plan((g1, g2), ())
@@ -226,6 +323,9 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     (c,) = bench.comparisons
     assert c.b.values == (120, 120, None, None) and c.summary.pairs == 2
     assert [k for k, _, _ in fake.calls] == ["a", "b", "b", "a", "a", "b"]
+    # The group's workers were ended at once; the second group never started any.
+    assert [(w.key, w.closed) for w in fake.workers] == [("a", 0.0), ("b", 0.0)]
+    assert [p["variant"] for p in bench.processes] == ["a", "b"]
 
 
 def test_judge_run_rejects_results_without_a_usable_metric():
@@ -276,7 +376,7 @@ def test_images_are_written_once_and_overlays_unpacked_once(tmp_path):
             open(os.path.join(cfg["dir"], f"img_{i:05d}.jpg"), "w").close()
         return ProbeRun(name=name, records=({"ok": True, "images": cfg["images"]},))
 
-    c = ctx(launcher, tmp_path)
+    c = ctx(None, tmp_path, launcher=launcher)
     folder, err = R.ensure_images(c, 4)
     assert err is None and len([f for f in os.listdir(folder) if f.endswith(".jpg")]) == 4
     assert R.ensure_images(c, 3) == (folder, None) and calls == ["images"]
@@ -294,54 +394,227 @@ def test_images_are_written_once_and_overlays_unpacked_once(tmp_path):
     assert R.ensure_overlay(str(tmp_path), str(bad))[1].startswith("cannot unpack")
 
 
-# ------------------------------------------------------------------------------ real child processes
+# ------------------------------------------------------------------------- real worker processes
 
-FAKE_PYTHON = """#!{exe}
-import json, os, sys, time
-cfg = json.loads(sys.argv[-1])
-mode = os.environ.get("FAKE_MODE", "ok")
-M = {marker!r}
-if mode == "crash":
-    sys.stderr.write("Traceback (most recent call last):\\nRuntimeError: boom in the child\\n")
-    sys.exit(1)
-if mode == "hang":
-    print(M + json.dumps({{"event": "start"}}), flush=True)
+FAKE_SERVER = """#!{exe}
+import json, os, signal, subprocess, sys, time
+env = os.environ
+key, mode, at = env.get("FAKE_KEY", "?"), env.get("FAKE_MODE", "ok"), int(env.get("FAKE_AT", "0"))
+
+
+def note(pid):  # every process of this fake, for the no-process-left-behind checks
+    open(os.path.join(env["FAKE_PIDS"], str(pid)), "w").close()
+
+
+note(os.getpid())
+if env.get("FAKE_CHILD"):  # stands for a DataLoader worker: a child in the server's process group
+    note(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
+assert sys.argv[-2] == "--serve", sys.argv
+json.loads(sys.argv[-1])["expect"]
+if mode == "slowhello":
     time.sleep(60)
-if mode == "badjson":
-    print(M + "{{not json")
-    sys.exit(0)
-print(M + json.dumps({{"event": "start"}}))
-print(M + json.dumps({{"ok": True, "metric": float(os.environ.get("FAKE_VALUE", "100")), "unit": "img/s"}}))
+if mode == "nohello":
+    sys.stderr.write("Traceback (most recent call last):\\nImportError: no torch here\\n")
+    sys.exit(1)
+print(json.dumps({{"event": "hello", "ok": True, "pid": os.getpid()}}), flush=True)
+n = 0
+for line in sys.stdin:
+    n += 1
+    cfg = json.loads(line)
+    with open(env["FAKE_LOG"], "a") as log:
+        log.write(f"{{key}} {{n}} {{os.getpid()}}\\n")
+    if n == at and mode == "hang":
+        time.sleep(60)
+    if n == at and mode == "crash":
+        sys.stderr.write("Traceback (most recent call last):\\nRuntimeError: boom in the server\\n")
+        sys.exit(1)
+    if n == at and mode == "signal":
+        os.kill(os.getpid(), signal.SIGBUS)
+    if n == at and mode == "badjson":
+        print("{{not json", flush=True)
+        continue
+    if n == at and mode == "chatty":  # 1 MB, far more than a pipe holds
+        sys.stderr.write(("y" * 199 + "\\n") * 5000)
+    print(json.dumps({{"ok": True, "metric": float(env.get("FAKE_VALUE", "100")), "unit": "img/s",
+                      "started": True, "workload": cfg["workload"]}}), flush=True)
 """
 
 
 @pytest.fixture
-def fake_python(tmp_path):
+def fake_server(tmp_path):
     p = tmp_path / "python"
-    p.write_text(FAKE_PYTHON.format(exe=sys.executable, marker=MARKER))
+    p.write_text(FAKE_SERVER.format(exe=sys.executable))
     p.chmod(0o755)
+    (tmp_path / "pids").mkdir()
     return str(p)
 
 
-def test_real_children_crash_hang_and_bad_json_become_errors(fake_python, tmp_path):
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (/proc; a zombie's parent may be a container's init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def left_behind(tmp_path) -> list[int]:
+    pids = [int(p) for p in os.listdir(tmp_path / "pids")]
+    assert pids, "the fakes recorded no process"
+    deadline = time.monotonic() + 2.0  # init may take a moment to reap what was killed
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def real_ctx(fake_server, tmp_path, timeout, **kw):
+    env = dict(os.environ, FAKE_PIDS=str(tmp_path / "pids"), FAKE_LOG=str(tmp_path / "log"))
+    return R.Context(fake_server, env, "/shim", str(tmp_path), timeout, **kw)
+
+
+def fake_variant(key, **env):
+    return Variant(key, key, env={"FAKE_KEY": key, **{k.upper(): str(v) for k, v in env.items()}})
+
+
+def test_real_workers_hang_crash_and_bad_json_become_errors_and_the_others_go_on(fake_server, tmp_path):
     vs = (
-        Variant("a", "ok", env={"FAKE_VALUE": "100"}),
-        Variant("crash", "crash", env={"FAKE_MODE": "crash"}),
-        Variant("hang", "hang", env={"FAKE_MODE": "hang"}),
-        Variant("bad", "bad", env={"FAKE_MODE": "badjson"}),
-        Variant("b", "ok", env={"FAKE_VALUE": "150"}),
+        fake_variant("a", fake_value=100, fake_child=1),
+        fake_variant("crash", fake_mode="crash", fake_at=2),
+        fake_variant("hang", fake_mode="hang", fake_at=2, fake_child=1),
+        fake_variant("bad", fake_mode="badjson", fake_at=1),
+        fake_variant("sig", fake_mode="signal", fake_at=1),
+        fake_variant("nohello", fake_mode="nohello"),
+        fake_variant("slowhello", fake_mode="slowhello", fake_child=1),
+        fake_variant("chatty", fake_mode="chatty", fake_at=1, fake_value=120),
+        fake_variant("b", fake_value=150),
     )
-    c = R.Context(fake_python, dict(os.environ), "/shim", str(tmp_path), 1.5, R.default_launcher)
     t0 = time.monotonic()
-    comps, runs = R.run_group(c, group(*vs), pairs=2, warmup=0, cfg={}, overlays={})
+    comps, runs, procs = R.run_group(real_ctx(fake_server, tmp_path, 1.5), group(*vs), 3, 0, {}, {})
     assert time.monotonic() - t0 < 20
     by = {x.b.key: x for x in comps}
-    assert by["crash"].status == R.ERROR and "boom in the child" in by["crash"].message
-    assert by["hang"].status == R.ERROR and "timed out after 1.5 s" in by["hang"].message
-    assert by["bad"].status == R.ERROR and "bad JSON" in by["bad"].message
+    # Died on its 2nd request: its first pair counts, then the error with its stderr's last line.
+    assert by["crash"].b.values == (100, None, None)
+    assert "crash failed: crashed (exit 1): RuntimeError: boom in the server" in by["crash"].message
+    crash_run = next(r for r in runs if r.variant == "crash" and r.error)
+    assert "Traceback" in crash_run.stderr_tail and "boom in the server" in crash_run.stderr_tail
+    # Hung on its 2nd request: killed at the timeout, with its process group (the fake's child too).
+    assert by["hang"].b.values[1:] == (None, None)
+    assert "hang failed: timed out after 1.5 s" in by["hang"].message
+    assert by["bad"].status == R.ERROR and "bad JSON from the worker" in by["bad"].message
+    assert by["sig"].status == R.ERROR and "crashed (killed by signal SIGBUS)" in by["sig"].message
+    assert by["nohello"].status == R.ERROR
+    assert "the worker did not start: crashed (exit 1): ImportError: no torch here" in by["nohello"].message
+    assert "the worker did not start: timed out after 1.5 s and was killed" in by["slowhello"].message
+    assert by["chatty"].status == R.MEASURED and by["chatty"].summary.ratio == pytest.approx(1.2)
     assert by["b"].status == R.MEASURED and by["b"].summary.ratio == pytest.approx(1.5)
-    crash_run = next(r for r in runs if r.variant == "crash")
-    assert "boom in the child" in crash_run.stderr_tail
+    # Each failing variant got no request after its failure; the others got all of theirs.
+    log = (tmp_path / "log").read_text().split()
+    assert [log[i] for i in range(0, len(log), 3)].count("crash") == 2
+    assert [log[i] for i in range(0, len(log), 3)].count("b") == 3
+    ended = {p["variant"]: p["ended"] for p in procs}
+    assert ended["a"] == ended["b"] == "exit 0"
+    assert ended["hang"] == "killed: timed out after 1.5 s" and ended["bad"] == "killed: bad JSON"
+    assert ended["sig"] == "killed by signal SIGBUS" and ended["crash"] == "exit 1"
+    assert ended["slowhello"] == "killed: timed out after 1.5 s"
+    assert left_behind(tmp_path) == []
+
+
+def test_real_workers_keep_the_abba_order_one_process_per_variant(fake_server, tmp_path):
+    vs = (fake_variant("a", fake_value=100), fake_variant("b", fake_value=110))
+    comps, runs, procs = R.run_group(real_ctx(fake_server, tmp_path, 10), group(*vs), 3, 1, {}, {})
+    log = [line.split() for line in (tmp_path / "log").read_text().splitlines()]
+    assert [(k, int(n)) for k, n, _ in log] == [
+        ("a", 1), ("b", 1),  # warm-up: each worker's first, cold measurement
+        ("b", 2), ("a", 2),
+        ("a", 3), ("b", 3),
+        ("b", 4), ("a", 4),
+    ]  # fmt: skip
+    pids = {k: {p for kk, _, p in log if kk == k} for k in ("a", "b")}
+    assert all(len(p) == 1 for p in pids.values()) and pids["a"] != pids["b"]
+    assert {str(r.pid) for r in runs if r.variant == "a"} == pids["a"]
+    assert [r.request for r in runs] == [1, 1, 2, 2, 3, 3, 4, 4]
+    (c,) = comps
+    assert c.orders == ("BA", "AB", "BA") and c.summary.pairs == 3
+    assert [(p["variant"], p["requests"], p["ended"]) for p in procs] == [
+        ("a", 4, "exit 0"),
+        ("b", 4, "exit 0"),
+    ]
+    assert all(p["startup_s"] is not None for p in procs)
+    assert left_behind(tmp_path) == []
+
+
+def test_no_worker_is_left_after_a_failed_baseline_or_an_interrupt(fake_server, tmp_path):
+    vs = (
+        fake_variant("a", fake_mode="crash", fake_at=1, fake_child=1),
+        fake_variant("b", fake_child=1),
+        fake_variant("c", fake_child=1),
+    )
+    comps, runs, _ = R.run_group(real_ctx(fake_server, tmp_path, 10), group(*vs), 3, 1, {}, {})
+    assert [c.status for c in comps] == [R.ERROR, R.ERROR] and len(runs) == 1
+    assert left_behind(tmp_path) == []
+
+    def ctrl_c(line):
+        if line.startswith("workers/pipeline round 1/3 b"):
+            raise KeyboardInterrupt
+
+    vs = tuple(fake_variant(k, fake_child=1, fake_value=100) for k in "abc")
+    c = real_ctx(fake_server, tmp_path, 10, progress=ctrl_c)
+    with pytest.raises(R.Interrupted) as stop:
+        R.run_group(c, group(*vs), 3, 1, {}, {})
+    assert [r.variant for r in stop.value.runs] == ["a", "b", "c", "c", "b"]
+    assert len(stop.value.comparisons) == 2 and stop.value.comparisons[1].b.values == (100, None, None)
+    assert len(stop.value.processes) == 3
+    assert {p["ended"] for p in stop.value.processes} <= {"killed: interrupted", "exit 0"}
+    assert left_behind(tmp_path) == []
+
+
+def test_real_worker_serves_requests_until_eof(tmp_path):
+    """The real ``--serve`` loop: hello with its proofs, a bad request answered (and served on), a measurement,
+    exit 0 at EOF."""
+    pytest.importorskip("torch")
+    from hostcheck.bench.server import Server
+
+    argv = [
+        sys.executable,
+        "-m",
+        "hostcheck.bench.worker",
+        "--serve",
+        json.dumps({"expect": {"allocator": "glibc"}}),
+    ]
+    s = Server(argv, dict(os.environ, PYTHONPATH=ROOT), "t")
+    try:
+        hello = s.hello(60).records[0]
+        assert hello["event"] == "hello" and hello["ok"] and hello["pid"] == s.pid and hello["torch"]
+        assert proof.check_record({"allocator": "glibc"}, hello) is None and hello["threads"]["torch"] >= 1
+        bad = s.request({"workload": "nonsense"}, 30)
+        assert bad.error is None and bad.records[0]["ok"] is False and bad.records[0]["started"] is False
+        assert "KeyError" in bad.records[0]["error"]
+        tiny = {"workload": "train", "batch": 2, "size": 8, "channels": [2], "measure_s": 0.0, "min_steps": 1}
+        run = s.request(dict(tiny, warmup_steps=0, device="cpu", expect={"allocator": "glibc"}), 60)
+        rec = run.records[0]
+        assert rec["ok"] and rec["started"] and rec["request"] == 2 and rec["metric"] > 0, rec
+    finally:
+        s.close()
+    assert s.ended == "exit 0" and s.requests == 2 and not alive(s.pid)
+
+
+def test_the_answer_channel_keeps_stray_stdout_out_of_the_answers():
+    code = (
+        "import os, sys; from hostcheck.bench import worker; out = worker._answer_channel(); "
+        "print('noise from print'); os.write(1, b'noise from C\\n'); worker._answer(out, {'ok': True})"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        cwd="/",
+        timeout=60,
+        check=True,
+    )
+    assert p.stdout == '{"ok": true}\n'
+    assert "noise from print" in p.stderr and "noise from C" in p.stderr
 
 
 def test_real_worker_refuses_an_allocator_that_did_not_load():
@@ -362,6 +635,20 @@ def test_real_worker_refuses_an_allocator_that_did_not_load():
     rec = json.loads(next(x for x in p.stdout.splitlines() if x.startswith(MARKER))[len(MARKER) :])
     assert p.returncode == 3 and rec["ok"] is False and rec["stage"] == "proof"
     assert "LD_PRELOAD path did not load: /nonexistent/libjemalloc.so.2" in rec["error"]
+    # Serving: the same proof fails the hello, before torch is imported.
+    p = subprocess.run(
+        [sys.executable, "-m", "hostcheck.bench.worker", "--serve", json.dumps({"expect": cfg["expect"]})],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=60,
+        check=False,
+        input="",
+    )
+    rec = json.loads(p.stdout)
+    assert p.returncode == 3 and rec["event"] == "hello" and rec["ok"] is False and rec["stage"] == "proof"
+    assert "LD_PRELOAD path did not load" in rec["error"]
 
 
 def _fake_pil(root, dist, version):
@@ -423,3 +710,24 @@ def test_worker_workloads_in_process_on_tiny_sizes(tmp_path):
         worker.task_measure(dict(tiny, workload="pipeline", images=7))
     probe = worker.task_probe({})
     assert probe["torch"]["version"] and probe["tag"].startswith("cp3") and probe["threads"]["torch"] >= 1
+
+
+def test_closing_workers_cut_short_by_ctrl_c_kills_them_all():
+    from hostcheck.bench.server import close_all
+
+    class Slow:
+        def __init__(self, interrupt):
+            self.interrupt, self.graces = interrupt, []
+
+        def end_input(self):
+            pass
+
+        def close(self, grace=3.0, reason=None):
+            self.graces.append(grace)
+            if self.interrupt and len(self.graces) == 1:
+                raise KeyboardInterrupt
+
+    workers = [Slow(False), Slow(True), Slow(False)]
+    with pytest.raises(KeyboardInterrupt):
+        close_all(workers)
+    assert [w.graces[-1] for w in workers] == [0.0, 0.0, 0.0]
