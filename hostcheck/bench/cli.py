@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -99,8 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# A batch system's kill gets the same clean-up as Ctrl-C: workers ended, the partial table printed.
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        previous = signal.signal(signal.SIGTERM, _sigterm)
+    except ValueError:  # not the main thread (tests): leave SIGTERM alone
+        previous = None
     try:
         return _main(argv)
     except _UsageError as exc:
@@ -120,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _writable(path: str | None, flag: str) -> None:

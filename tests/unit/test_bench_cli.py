@@ -159,3 +159,21 @@ def test_list_prints_the_runs_and_the_worker_processes():
     assert rest[-1] == "  skipped shm (/dev/shm 64M vs 50%): not root; hint: run as root"
     # The rough duration counts the runs and each group's worker start-ups (made together on the CPUs).
     assert cli.estimate_s(plan, 30, 2.0, cpus=2) == pytest.approx(30 * cli.RUN_S + 3 * 2.0 / 2 + 2 * 2.0 / 2)
+
+
+def test_sigterm_is_handled_like_ctrl_c_and_the_old_handler_comes_back(monkeypatch, capsys):
+    import os
+    import signal
+
+    from hostcheck.bench import cli as bench_cli
+
+    before = signal.getsignal(signal.SIGTERM)
+
+    def killed(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt")
+
+    monkeypatch.setattr(bench_cli, "_main", killed)
+    assert bench_cli.main(["--quick"]) == 2
+    assert "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == before
