@@ -54,6 +54,8 @@ def _font(size: int):
         return ImageFont.load_default(size=size)
     except TypeError:  # Pillow < 10.1: the fixed bitmap font
         return ImageFont.load_default()
+    except ImportError:  # a PIL built without FreeType (pillow-simd without libfreetype-dev): the bitmap font
+        return ImageFont.load_default_imagefont()
 
 
 def draw(spec: dict[str, Any], path: str) -> None:

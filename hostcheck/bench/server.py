@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from hostcheck.workload.runner import ProbeRun, tail
+from hostcheck.workload.runner import ProbeRun, describe_rc, tail
 
 #: How long a closed server may take to exit on its own before its process group is killed.
 CLOSE_GRACE_S = 3.0
@@ -35,14 +35,7 @@ _TAIL_BYTES = 64 * 1024
 
 
 def describe_status(rc: int | None) -> str:
-    if rc is None:
-        return "still running"
-    if rc < 0:
-        try:
-            return f"killed by signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return f"exit {rc}"
+    return "still running" if rc is None else describe_rc(rc)
 
 
 class Server:

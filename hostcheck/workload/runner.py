@@ -87,7 +87,8 @@ def parse_records(stdout: str) -> tuple[list[dict], str | None]:
     return records, bad
 
 
-def _describe_rc(rc: int) -> str:
+def describe_rc(rc: int) -> str:
+    """A child's return code in words: 'exit 3', 'killed by signal SIGKILL'."""
     if rc < 0:
         try:
             return f"killed by signal {signal.Signals(-rc).name}"
@@ -115,7 +116,7 @@ def _outcome(name: str, rc: int | None, timed_out: bool, timeout: float, out: st
     if timed_out:
         error = f"timed out after {timeout:g} s and was killed"
     elif rc is not None and rc != 0:
-        error = f"crashed ({_describe_rc(rc)})"
+        error = f"crashed ({describe_rc(rc)})"
     elif bad:
         error = bad
     elif not records:

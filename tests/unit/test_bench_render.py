@@ -126,3 +126,20 @@ def test_chart_child_without_pil_says_so(tmp_path, monkeypatch, capsys):
     assert chart.main([str(spec), str(tmp_path / "out.png")]) == 1
     assert "no PIL in this Python" in capsys.readouterr().out
     assert not (tmp_path / "out.png").exists()
+
+
+def test_chart_is_drawn_with_the_bitmap_font_when_pil_has_no_freetype(tmp_path, monkeypatch):
+    # pillow-simd built without libfreetype-dev (as on the demo node): load_default(size=) raises ImportError.
+    import pytest
+
+    image_font = pytest.importorskip("PIL.ImageFont")
+    from hostcheck.bench import chart
+
+    def no_freetype(size=None):
+        raise ImportError("cannot import name '_imagingft' from 'PIL'")
+
+    monkeypatch.setattr(image_font, "load_default", no_freetype)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(chart_spec(COMPS, "t")))
+    assert chart.main([str(spec), str(tmp_path / "out.png")]) == 0
+    assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
