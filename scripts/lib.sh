@@ -30,5 +30,17 @@ apt_ensure() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Wait up to 30 s for systemd in container $1 to finish booting; prints its state (running, degraded, or
+# whatever it was stuck at when time ran out).
+wait_systemd() {
+  local state=""
+  for _ in $(seq 1 30); do
+    state=$(podman exec "$1" systemctl is-system-running 2>/dev/null || true)
+    case "$state" in running|degraded) break ;; esac
+    sleep 1
+  done
+  printf '%s\n' "$state"
+}
+
 # molecule and ansible-lint call ansible-config and friends by name.
 export PATH="$GPUNODE_VENV/bin:$PATH"
