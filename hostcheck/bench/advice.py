@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,25 +278,41 @@ def _yaml(value: Any) -> str:
 
 
 def render_advice(advice: Advice, header: str = "") -> str:
-    """Inventory YAML (valid as is) with the measured reasons as comments, then DataLoader advice."""
-    lines = []
+    """Inventory YAML, valid and yamllint-clean as is (a group_vars file can take it whole), with the measured
+    reasons as comments above each variable, then DataLoader advice as comments."""
+    lines = ["---"]
     if header:
-        lines += [f"# {h}" for h in header.splitlines()]
+        for h in header.splitlines():
+            lines += _comment(h)
     if advice.role:
         lines.append("# gpunode_tuning inventory variables (host_vars/<node>.yml or group_vars/<group>.yml):")
         for i in advice.role:
-            lines.append(f"{i.name}: {_yaml(i.value)}  # {_oneline(i.reason)}")
+            lines += _comment(i.reason)
+            lines.append(f"{i.name}: {_yaml(i.value)}")
     else:
         lines.append("# No gpunode_tuning variable is supported by these measurements.")
     if advice.script:
         args = ", ".join(f"{i.name}={i.value!r}" for i in advice.script)
         lines.append("# For training scripts (not role variables):")
         lines.append(f"#   DataLoader(..., {args})")
-        lines += [f"#     {i.name}={i.value!r}: {_oneline(i.reason)}" for i in advice.script]
+        for i in advice.script:
+            lines += _comment(f"{i.name}={i.value!r}: {i.reason}", "#     ")
     if advice.notes:
         lines.append("# Notes:")
-        lines += [f"#   {_oneline(n)}" for n in advice.notes]
+        for n in advice.notes:
+            lines += _comment(n, "#   ")
     return "\n".join(lines) + "\n"
+
+
+def _comment(text: str, indent: str = "# ") -> list[str]:
+    """A comment wrapped to 118 columns, continuation lines indented two more."""
+    return textwrap.wrap(
+        _oneline(text),
+        width=118,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]
 
 
 def _oneline(s: str) -> str:

@@ -232,5 +232,26 @@ def test_rendered_advice_is_valid_inventory_yaml():
         assert k in options
         assert v in options[k].get("choices", [v])
     assert "#   DataLoader(..., num_workers=2)" in text
-    assert text.startswith("# advice for test-node\n")
-    assert A.render_advice(A.Advice()).startswith("# No gpunode_tuning variable")
+    assert text.startswith("---\n# advice for test-node\n")
+    assert A.render_advice(A.Advice()).startswith("---\n# No gpunode_tuning variable")
+
+
+def test_rendered_advice_passes_the_repos_yamllint():
+    # An admin drops it into group_vars/; the repo's own lint must accept it, long reasons included.
+    from yamllint import linter
+    from yamllint.config import YamlLintConfig
+
+    long_reason = [1.36, 1.3, 1.4, 1.33, 1.38]
+    comps = [
+        comp("pillow", "pipeline", "pillow-simd", long_reason),
+        comp("allocator", "pipeline", "jemalloc-guide", HURT),
+        comp("allocator", "train", "jemalloc-guide", HURT),
+        comp("threads", "train", "omp-1", HURT),
+        comp("workers", "pipeline", "w2", [1.56] * 5),
+    ]
+    header = "hostcheck bench advice for a-node-with-a-long-name (2026-11-23T07:00:25Z): " + "x" * 150
+    text = A.render_advice(A.advise(comps, auto_threads=2), header)
+    conf = YamlLintConfig(file=os.path.join(os.path.dirname(SPEC), "..", "..", "..", ".yamllint"))
+    problems = [f"{p.line}: {p.desc}" for p in linter.run(text, conf)]
+    assert problems == []
+    assert max(len(line) for line in text.splitlines()) <= 120

@@ -132,7 +132,7 @@ def test_real_tiny_bench_in_this_venv(tmp_path, capsys):
         assert r["pid"] == procs[r["variant"]]["pid"] and r["request"] == (1 if r["warmup"] else 2)
     assert doc["chart"]["path"] == str(out_png)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert advice.read_text().startswith("# hostcheck bench advice for ")
+    assert advice.read_text().startswith("---\n# hostcheck bench advice for ")
     # The images are kept for the next run.
     work = tmp_path / "work"
     (folder,) = [p for p in os.listdir(work) if p.startswith("jpeg-")]
