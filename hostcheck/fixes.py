@@ -50,6 +50,11 @@ PILLOW_SIMD_REINSTALL = (
     "stock Pillow was installed over pillow-simd (torchvision pulls it): "
     "{python} -m pip install --force-reinstall --no-deps pillow-simd, or " + rerun(TUNING, "pillow_simd")
 )
+PILLOW_SIMD_FEATURES = (
+    "rebuild pillow-simd with its codecs: "
+    + rerun(TUNING, "pillow_simd")
+    + " (gpunode_tuning_pillow_simd_features lists them; the role installs their -dev packages and checks the build)"
+)
 NUMA = role_fix("gpunode_tuning_numa_enabled: true", TUNING, "numa")
 THREADS = role_fix("gpunode_tuning_omp_num_threads: {n}", TUNING, "threading")
 SERVICES = role_fix("gpunode_tuning_services_disable: [{names}]", TUNING, "services")

@@ -7,6 +7,7 @@ from typing import Any
 
 from hostcheck import fixes
 from hostcheck.checks.torch import probe_unavailable
+from hostcheck.gather._probe import PIL_FEATURES
 from hostcheck.gather.base import Unavailable
 from hostcheck.registry import Outcome, check, failed, passed, skipped, warned
 
@@ -195,7 +196,7 @@ def pillow_simd(s: Any) -> Outcome:
     )
     kw: dict[str, Any] = {"value": value, "expected": "PIL from pillow-simd"}
     if simd and pil == simd:
-        return passed(f"pillow-simd {simd} is the imported PIL", **kw)
+        return _pillow_simd_features(s, simd, p.get("features"), kw)
     if simd and pil != simd:
         return failed(
             f"pillow-simd {simd} is installed but PIL is {pil or 'missing'}: stock Pillow overwrote it",
@@ -213,6 +214,29 @@ def pillow_simd(s: Any) -> Outcome:
     if intent:
         return failed("gpunode_tuning installed pillow-simd but " + msg, hint=fixes.PILLOW_SIMD, **kw)
     return warned(msg, hint=fixes.PILLOW_SIMD, **kw)
+
+
+def _pillow_simd_features(s: Any, simd: str, have: Any, kw: dict[str, Any]) -> Outcome:
+    """pillow-simd is in place; does it open what stock Pillow opens? The role's fact names what it promised."""
+    if not isinstance(have, dict):  # a probe that could not ask PIL.features
+        return passed(f"pillow-simd {simd} is the imported PIL", **kw)
+    promised = s.facts.get(TF, "pillow_simd_features")
+    wanted = promised if isinstance(promised, list) else [f for f in have if f in PIL_FEATURES]
+    missing = [f for f in wanted if have.get(f) is False]
+    if not missing:
+        return passed(
+            f"pillow-simd {simd} is the imported PIL, with {', '.join(wanted) or 'JPEG and zlib'}", **kw
+        )
+    msg = (
+        f"pillow-simd {simd} is the imported PIL but was built without {', '.join(missing)}: "
+        "images or fonts that stock Pillow opens fail to load"
+    )
+    kw = {**kw, "value": f"{kw['value']}; missing {', '.join(missing)}"}
+    if isinstance(promised, list):
+        return failed(
+            msg + " (gpunode_tuning_pillow_simd_features lists them)", hint=fixes.PILLOW_SIMD_FEATURES, **kw
+        )
+    return warned(msg, hint=fixes.PILLOW_SIMD_FEATURES, **kw)
 
 
 @check(

@@ -38,6 +38,10 @@ def _maps():
     return sorted(paths)
 
 
+# Formats and fonts stock Pillow's wheel has; a pillow-simd built without their -dev packages lacks them.
+PIL_FEATURES = ("freetype2", "libtiff", "webp", "littlecms2", "jpg_2000")
+
+
 def _pillow(out):
     info = {}
     try:
@@ -57,6 +61,7 @@ def _pillow(out):
             from PIL import features
 
             info["libjpeg_turbo"] = features.version("libjpeg_turbo")
+            info["features"] = {name: bool(features.check(name)) for name in PIL_FEATURES}
         except Exception:
             info["libjpeg_turbo"] = None
     except Exception as exc:

@@ -247,6 +247,54 @@ def test_pillow_simd_overwritten_by_pillow():
     assert r.status == Status.FAIL and "--force-reinstall --no-deps pillow-simd" in r.hint
 
 
+def _pillow_simd(features):
+    return {"pillow-simd": "12.1.1.post0", "Pillow": None, "PIL": "12.1.1.post0", "features": features}
+
+
+ALL_PIL = dict.fromkeys(("freetype2", "libtiff", "webp", "littlecms2", "jpg_2000"), True)
+
+
+def test_pillow_simd_with_every_codec_passes():
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(pillow=_pillow_simd(ALL_PIL))))
+    r = results["tuning.E003"]
+    assert r.status == Status.PASS and "webp" in r.message
+
+
+def test_pillow_simd_without_a_promised_codec_fails():
+    # What a build without libwebp-dev / libtiff-dev gives: the role's fact promised them.
+    have = {**ALL_PIL, "webp": False, "libtiff": False}
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(pillow=_pillow_simd(have))))
+    r = results["tuning.E003"]
+    assert r.status == Status.FAIL and "libtiff, webp" in r.message
+    assert "--tags pillow_simd" in r.hint and "missing libtiff, webp" in r.value
+
+
+def test_pillow_simd_built_by_hand_without_a_codec_warns():
+    facts = S.h100_facts()
+    facts["gpunode_tuning"] = {
+        k: v for k, v in facts["gpunode_tuning"].items() if k != "pillow_simd_features"
+    }
+    results, _ = judge(
+        S.make_snapshot(probe=S.h100_probe(pillow=_pillow_simd({**ALL_PIL, "freetype2": False})), facts=facts)
+    )
+    r = results["tuning.E003"]
+    assert r.status == Status.WARN and "without freetype2" in r.message
+
+
+def test_pillow_simd_only_promised_codecs_count():
+    # RHEL-family default: freetype2 and libtiff only; no webp is not a failure there.
+    facts = S.h100_facts()
+    facts["gpunode_tuning"]["pillow_simd_features"] = ["freetype2", "libtiff"]
+    have = {**ALL_PIL, "webp": False, "littlecms2": False, "jpg_2000": False}
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(pillow=_pillow_simd(have)), facts=facts))
+    assert results["tuning.E003"].status == Status.PASS
+
+
+def test_pillow_simd_without_feature_probe_passes():
+    results, _ = judge(S.make_snapshot(probe=S.h100_probe(pillow=_pillow_simd(None))))
+    assert results["tuning.E003"].status == Status.PASS
+
+
 def test_omp_oversubscribed_values():
     results, _ = judge(S.SCENARIOS["omp_oversubscribed"][0]())
     r = results["tuning.E005"]
