@@ -21,7 +21,7 @@ need_root() {
 apt_ensure() {
   local missing=() p
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   info "apt-get install ${missing[*]}"
@@ -40,6 +40,17 @@ wait_systemd() {
     sleep 1
   done
   printf '%s\n' "$state"
+}
+
+# newest_file GLOB...: the most recently written of the files the expanded globs name, or nothing. (Not
+# `ls | head`: under pipefail an early-exiting reader can fail the pipe.)
+newest_file() {
+  local f best=""
+  for f in "$@"; do
+    [ -e "$f" ] || continue
+    { [ -z "$best" ] || [ "$f" -nt "$best" ]; } && best=$f
+  done
+  [ -z "$best" ] || printf '%s\n' "$best"
 }
 
 # molecule and ansible-lint call ansible-config and friends by name.

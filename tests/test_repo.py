@@ -74,3 +74,26 @@ def test_role_tasks_use_fqcn_and_named_tasks(role: Path):
             assert task.get("name"), f"{f}: a task has no name"
             assert task["name"][0].isupper(), f"{f}: '{task['name']}' is not capitalised"
             assert not builtin_short & set(task), f"{f}: '{task['name']}' uses a short module name"
+
+
+# A reader that stops early (awk's exit, head, grep -q/-m) kills the writer with SIGPIPE; under pipefail that is
+# rc 141, but only when the writer had more to say: a flaky failure (ldconfig -p | awk '...; exit}' failed CI).
+EARLY_EXIT = re.compile(r"\|\s*(awk\b.*\bexit\s*\}|head\b|grep\s+-[a-zA-Z]*[qm])")
+
+
+def _shell_sources() -> list[Path]:
+    globs = ("roles/**/*.yml", "roles/**/*.j2", "roles/**/*.sh", "molecule/**/*.yml", "molecule/**/*.sh")
+    globs += ("playbooks/*.yml", "scripts/*")
+    return sorted({p for g in globs for p in ROOT.glob(g) if p.is_file()})
+
+
+def test_no_early_exit_reader_under_pipefail():
+    bad = []
+    for path in _shell_sources():
+        text = path.read_text(errors="replace")
+        if "pipefail" not in text:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if EARLY_EXIT.search(line) and not line.lstrip().startswith("#"):
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert bad == [], "readers that exit early under pipefail:\n" + "\n".join(bad)

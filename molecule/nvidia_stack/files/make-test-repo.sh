@@ -12,8 +12,8 @@ mkdir -p -m 0700 "$GNUPGHOME" "$repo"
 
 gpg --batch --quiet --passphrase '' --quick-gen-key 'gpunode test repo <repo@gpunode.test>' ed25519 sign never
 gpg --batch --quiet --passphrase '' --quick-gen-key 'gpunode retired key <retired@gpunode.test>' ed25519 sign never
-signer=$(gpg --with-colons --list-keys repo@gpunode.test | awk -F: '/^fpr/ {print $10; exit}')
-retired=$(gpg --with-colons --list-keys retired@gpunode.test | awk -F: '/^fpr/ {print $10; exit}')
+signer=$(gpg --with-colons --list-keys repo@gpunode.test | awk -F: '/^fpr/ && !n++ {print $10}')
+retired=$(gpg --with-colons --list-keys retired@gpunode.test | awk -F: '/^fpr/ && !n++ {print $10}')
 
 gpg --armor --export "$signer" > "$repo/3bf863cc.pub"
 # The retired key, as old installs left it: its own file in trusted.gpg.d and inside /etc/apt/trusted.gpg.
