@@ -623,29 +623,25 @@ def test_real_worker_refuses_an_allocator_that_did_not_load():
         "expect": {"allocator": "jemalloc", "allocator_path": "/nonexistent/libjemalloc.so.2"},
     }
     env = dict(os.environ, PYTHONPATH=ROOT, LD_PRELOAD="/nonexistent/libjemalloc.so.2")
-    p = subprocess.run(
-        [sys.executable, "-m", "hostcheck.bench.worker", json.dumps(cfg)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd="/",
-        timeout=60,
-        check=False,
-    )
+
+    def worker(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "hostcheck.bench.worker", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd="/",
+            timeout=60,
+            check=False,
+            input="",
+        )
+
+    p = worker(json.dumps(cfg))
     rec = json.loads(next(x for x in p.stdout.splitlines() if x.startswith(MARKER))[len(MARKER) :])
     assert p.returncode == 3 and rec["ok"] is False and rec["stage"] == "proof"
     assert "LD_PRELOAD path did not load: /nonexistent/libjemalloc.so.2" in rec["error"]
     # Serving: the same proof fails the hello, before torch is imported.
-    p = subprocess.run(
-        [sys.executable, "-m", "hostcheck.bench.worker", "--serve", json.dumps({"expect": cfg["expect"]})],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd="/",
-        timeout=60,
-        check=False,
-        input="",
-    )
+    p = worker("--serve", json.dumps({"expect": cfg["expect"]}))
     rec = json.loads(p.stdout)
     assert p.returncode == 3 and rec["event"] == "hello" and rec["ok"] is False and rec["stage"] == "proof"
     assert "LD_PRELOAD path did not load" in rec["error"]
