@@ -29,6 +29,17 @@ DRIVER_MISMATCH = (
     + role_fix("gpunode_driver_hold: true", DRIVER, "driver")
     + " so upgrades cannot do it again"
 )
+FABRICMANAGER = (
+    role_fix("gpunode_driver_fabricmanager: auto", DRIVER, "driver")
+    + " (it installs Fabric Manager matched to the driver where NVSwitches are found and starts it); "
+    "then journalctl -u nvidia-fabricmanager; a fabric probe still in progress right after boot finishes "
+    "within minutes"
+)
+FABRICMANAGER_VERSION = (
+    "Fabric Manager must be the driver's exact version: "
+    + role_fix("gpunode_driver_version: <the driver version>", DRIVER, "driver")
+    + " (the pin and the hold cover both), then reboot if the driver changed"
+)
 PERSISTENCE = role_fix("gpunode_driver_persistence_enabled: true", DRIVER, "driver")
 EXPECTED_GPUS = (
     "pass --expect-gpus N, or set gpunode_driver_expected_gpu_count: N (role gpunode_driver) so the fact "

@@ -54,6 +54,7 @@ def host_info(snap: Any) -> dict[str, Any]:
             "physical_cores": s.physical_cores,
             "numa_nodes": len(s.numa_nodes),
             "mem_total_bytes": s.mem_total_bytes,
+            "nvswitches": len(s.fabric.nvswitches) if isinstance(s.fabric.nvswitches, tuple) else None,
         }
     n = snap.nvml
     if n is not None and n.ok:
@@ -79,6 +80,7 @@ def versions(snap: Any) -> dict[str, Any]:
         out.update(os=s.os_pretty, kernel=s.kernel, hostcheck_python=s.hostcheck_python)
         out["libc"] = s.libc or None
         out["driver_kernel_module"] = _v(s.driver_version)
+        out["fabricmanager"] = _v(s.fabric.fm_version)
     n = snap.nvml
     if n is not None:
         out["driver"] = _v(n.driver_version) if n.ok else None

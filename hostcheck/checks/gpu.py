@@ -1,5 +1,5 @@
 """GPU checks: driver and NVML, count, ECC, row remapping, retired pages, PCIe, clocks, temperature,
-persistence, XID errors, foreign processes. Pure functions of the Snapshot."""
+persistence, XID errors, foreign processes, NVSwitch fabric. Pure functions of the Snapshot."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from hostcheck import fixes
 from hostcheck.gather.base import GPU_LOST, NO_PERMISSION, NOT_INSTALLED, NOT_SUPPORTED, Unavailable
+from hostcheck.gather.fabric import FM_SERVICE
 from hostcheck.gather.nvml import (
     CLOCK_HW_POWER_BRAKE,
     CLOCK_HW_SLOWDOWN,
@@ -14,6 +15,10 @@ from hostcheck.gather.nvml import (
     CLOCK_REASON_NAMES,
     CLOCK_SW_POWER_CAP,
     CLOCK_SW_THERMAL,
+    FABRIC_COMPLETED,
+    FABRIC_IN_PROGRESS,
+    FABRIC_NOT_STARTED,
+    FABRIC_STATE_NAMES,
     GpuInfo,
 )
 from hostcheck.registry import Outcome, Status, check, errored, failed, passed, skipped, warned
@@ -456,3 +461,82 @@ def foreign_processes(s: Any) -> Outcome:
         ),
         expected="none",
     )
+
+
+def _fabric_states(s: Any) -> list[tuple[int, Any]]:
+    """(GPU index, (state, status)) for each GPU whose NVML answered the fabric probe."""
+    if s.nvml is None or not s.nvml.ok:
+        return []
+    return [(g.index, g.fabric) for g in s.nvml.gpus if isinstance(g.fabric, tuple)]
+
+
+@check("gpu.E013", "NVSwitch fabric and Fabric Manager", weight=8, needs=("nvml", "system", "facts"))
+def nvswitch_fabric(s: Any) -> Outcome:
+    fab = s.system.fabric
+    switches = fab.nvswitches if isinstance(fab.nvswitches, tuple) else ()
+    want_fm = bool(s.facts.get("gpunode_driver", "fabricmanager")) if s.facts is not None else False
+    states = _fabric_states(s)
+    pending = [(i, st) for i, (st, _status) in states if st in (FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS)]
+    broken = [(i, status) for i, (st, status) in states if st == FABRIC_COMPLETED and status != 0]
+    details = tuple(
+        f"GPU {i}: fabric {FABRIC_STATE_NAMES.get(st, st)}"
+        + (f", status {_nvml_status(status)}" if st == FABRIC_COMPLETED else "")
+        for i, (st, status) in states
+    )
+    if not switches and not want_fm:
+        if pending:
+            return warned(
+                f"no NVSwitch on the PCI bus, but the fabric probe of GPU {_list(pending)} is not complete",
+                details=details,
+                hint="in a VM or container the host runs Fabric Manager: check nvidia-fabricmanager there; "
+                "CUDA cannot start on these GPUs until the fabric is up",
+            )
+        why = (
+            fab.nvswitches.reason if isinstance(fab.nvswitches, Unavailable) else "no NVSwitch on the PCI bus"
+        )
+        return skipped(f"{why}: Fabric Manager not needed", details=details)
+    where = f"{len(switches)} NVSwitch(es)" if switches else "gpunode_driver.fact fabricmanager: true"
+    kw: dict[str, Any] = {
+        "details": details,
+        "expected": "Fabric Manager = driver version, active; fabric completed",
+    }
+    in_container = bool(s.system.container)
+    problems: list[str] = []
+    hint = fixes.FABRICMANAGER
+    if not in_container:
+        driver = s.nvml.driver_version if s.nvml is not None and s.nvml.ok else s.system.driver_version
+        if fab.fm_version is None:
+            problems.append("Fabric Manager (nv-fabricmanager) is not installed")
+        elif isinstance(fab.fm_version, Unavailable):
+            problems.append(f"Fabric Manager version unknown: {fab.fm_version.reason}")
+        elif isinstance(driver, str) and fab.fm_version != driver:
+            problems.append(f"Fabric Manager {fab.fm_version} but driver {driver}: it refuses to start")
+            hint = fixes.FABRICMANAGER_VERSION
+        if fab.fm_version is not None and fab.fm_active != "active":
+            problems.append(
+                f"{FM_SERVICE} is {fab.fm_active or 'unknown'} (enabled: {fab.fm_enabled or 'unknown'})"
+            )
+    if pending:
+        problems.append(
+            f"fabric probe {FABRIC_STATE_NAMES[pending[0][1]]} on GPU {_list(pending)}: CUDA waits for it"
+        )
+    if broken:
+        problems.append(f"fabric registration failed on GPU {_list(broken)} ({_nvml_status(broken[0][1])})")
+    if problems:
+        return failed(f"{where}: " + "; ".join(problems), hint=hint, value=_v(fab.fm_version), **kw)
+    done = f"fabric completed on {len(states)} GPU(s)" if states else "fabric state not readable per GPU"
+    fm = "Fabric Manager runs on the host" if in_container else f"Fabric Manager {fab.fm_version} active"
+    return passed(f"{where}, {fm}, {done}", value=_v(fab.fm_version), **kw)
+
+
+def _list(pairs: list[tuple[int, Any]]) -> str:
+    return ",".join(str(i) for i, _ in pairs)
+
+
+def _v(v: Any) -> Any:
+    return v if isinstance(v, str) else None
+
+
+def _nvml_status(code: int) -> str:
+    known = {0: "success", 3: "not supported", 999: "unknown error"}
+    return known.get(code, f"NVML return code {code}")

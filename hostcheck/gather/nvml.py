@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Union
@@ -39,6 +40,10 @@ _NVML_ERRORS = {
     28: (GPU_LOST, "GPU not found"),
     999: (ERROR, "unknown NVML error"),
 }
+
+# nvmlGpuFabricState_t
+FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED = 0, 1, 2, 3
+FABRIC_STATE_NAMES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 
 # Clock event (throttle) reason bits, nvml.h
 CLOCK_SW_POWER_CAP = 0x4
@@ -98,6 +103,8 @@ class GpuInfo:
     persistence_mode: Val = None
     numa_node: Val = None
     processes: Val = ()
+    #: NVML fabric probe (Hopper and later): (state, status), NVML_GPU_FABRIC_STATE_* and an NVML return code.
+    fabric: Val = None
     #: Set when the device handle itself could not be obtained (GPU lost): all other fields are unknown.
     handle_error: Unavailable | None = None
 
@@ -289,7 +296,22 @@ def _gather_gpu(nvml: Any, i: int, proc_name: Callable[[int], str]) -> GpuInfo:
         persistence_mode=_bool(pm),
         numa_node=numa,
         processes=procs,
+        fabric=_fabric(nvml, h),
     )
+
+
+def _fabric(nvml: Any, h: Any) -> Val:
+    """(state, status) from nvmlDeviceGetGpuFabricInfo, which fills a struct passed by reference."""
+    struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
+    fn = getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+    if struct is None or fn is None:
+        return Unavailable(NOT_SUPPORTED, "nvmlDeviceGetGpuFabricInfo not in this nvidia-ml-py")
+    try:
+        info = struct()
+        fn(h, ctypes.byref(info))
+    except Exception as exc:
+        return nvml_unavailable(exc)
+    return int(info.state), int(info.status)
 
 
 def _bool(v: Val) -> Val:

@@ -20,6 +20,7 @@ from hostcheck.gather.base import (
     read_text,
     run_cmd,
 )
+from hostcheck.gather.fabric import NO_FABRIC, FabricState, gather_fabric
 
 XID_WINDOW_HOURS = 2.0
 NO_DRIVER = Unavailable(NOT_FOUND, "NVIDIA kernel module not loaded (/proc/driver/nvidia/version missing)")
@@ -52,6 +53,8 @@ class SystemSnapshot:
     mem_total_bytes: int = 0
     xid_events: tuple[XidEvent, ...] | Unavailable = ()
     xid_source: str = ""
+    #: NVSwitches on the PCI bus and NVIDIA Fabric Manager.
+    fabric: FabricState = NO_FABRIC
 
 
 def parse_os_release(text: str) -> dict[str, str]:
@@ -200,4 +203,5 @@ def gather_system(runner: Runner = run_cmd, read_kernel_log: bool = True) -> Sys
         mem_total_bytes=mem,
         xid_events=xids,
         xid_source=source,
+        fabric=gather_fabric(runner),
     )

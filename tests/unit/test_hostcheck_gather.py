@@ -210,3 +210,72 @@ def test_read_xids_prefers_journal_and_falls_back_when_it_is_empty():
 
     events, source = read_xids(journal)
     assert source.startswith("journalctl")
+
+
+# NVSwitches on the PCI bus and Fabric Manager (hostcheck.gather.fabric)
+def _pci(root, dev, vendor, cls):
+    d = root / dev
+    d.mkdir()
+    (d / "vendor").write_text(vendor + "\n")
+    (d / "class").write_text(cls + "\n")
+
+
+def test_find_nvswitches_reads_vendor_and_class(tmp_path):
+    from hostcheck.gather.fabric import find_nvswitches
+
+    _pci(tmp_path, "0000:05:00.0", "0x10de", "0x068000")  # NVSwitch
+    _pci(tmp_path, "0000:18:00.0", "0x10de", "0x030200")  # H100
+    _pci(tmp_path, "0000:00:1f.0", "0x8086", "0x068000")  # someone else's bridge
+    assert find_nvswitches(str(tmp_path)) == ("0000:05:00.0",)
+    assert find_nvswitches(str(tmp_path / "missing")).kind == "not_found"
+
+
+def test_parse_fm_version():
+    from hostcheck.gather.fabric import parse_fm_version
+
+    assert parse_fm_version("Fabric Manager version is : 580.95.05\n") == "580.95.05"
+    assert parse_fm_version("nv-fabricmanager 535.261.03") == "535.261.03"
+    assert parse_fm_version("usage: ...") is None
+
+
+def test_gather_fabric_asks_nothing_without_nvswitch(tmp_path):
+    from hostcheck.gather.base import CmdResult
+    from hostcheck.gather.fabric import gather_fabric
+
+    calls = []
+
+    def runner(argv, timeout):
+        calls.append(list(argv))
+        if argv[0] == "nv-fabricmanager":
+            return CmdResult(0, "Fabric Manager version is : 580.159.04\n", "")
+        return CmdResult(
+            0 if argv[1] == "is-enabled" else 3, "enabled\n" if argv[1] == "is-enabled" else "", ""
+        )
+
+    _pci(tmp_path, "0000:05:00.0", "0x10de", "0x068000")
+    st = gather_fabric(runner, str(tmp_path))
+    assert st.nvswitches == ("0000:05:00.0",) and st.fm_version == "580.159.04"
+    assert (st.fm_enabled, st.fm_active) == ("enabled", "unknown")
+    assert len(calls) == 3
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert gather_fabric(runner, str(empty)).fm_version == "580.159.04"  # an injected runner: FM looked up
+
+    def absent(argv, timeout):
+        from hostcheck.gather.base import Unavailable
+
+        return Unavailable("not_installed", f"{argv[0]} not found")
+
+    st = gather_fabric(absent, str(tmp_path))
+    assert st.fm_version is None and st.fm_active == "unknown"
+
+
+def test_nvml_fabric_state_read_through_the_struct(scenarios, monkeypatch):
+    from hostcheck.gather.nvml import gather_nvml
+
+    nv = scenarios.FakeNvml(gpus=scenarios.gpus_with(1, fabric=(2, 0)))
+    snap = gather_nvml(nvml=nv, proc_name=str)
+    assert snap.gpus[0].fabric == (3, 0) and snap.gpus[1].fabric == (2, 0)
+    monkeypatch.delattr(scenarios.FakeNvml, "c_nvmlGpuFabricInfo_t")  # an old nvidia-ml-py without the API
+    snap = gather_nvml(nvml=scenarios.FakeNvml(), proc_name=str)
+    assert snap.gpus[0].fabric.kind == "not_supported"

@@ -470,3 +470,74 @@ def test_kmp_variables_with_libgomp_warn():
     env = {"LD_PRELOAD": S.TCMALLOC, "OMP_NUM_THREADS": "14", "KMP_AFFINITY": "granularity=fine,compact"}
     results, _ = judge(S.make_snapshot(probe=S.h100_probe(env=env)))
     assert results["tuning.E005"].status == Status.WARN
+
+
+# NVSwitch fabric (gpu.E013): the healthy scenario is an HGX board with four NVSwitches.
+def test_hgx_fabric_healthy_passes():
+    r, _ = judge(S.make_snapshot())
+    assert r["gpu.E013"].status == Status.PASS
+    assert "4 NVSwitch" in r["gpu.E013"].message and r["gpu.E013"].value == "580.159.04"
+
+
+def test_fabricmanager_down_names_service_and_probe():
+    r, verdict = judge(S.SCENARIOS["fabricmanager_down"][0]())
+    assert r["gpu.E013"].status == Status.FAIL and not verdict.ready
+    assert "nvidia-fabricmanager is failed" in r["gpu.E013"].message
+    assert "in progress on GPU 0,1,2,3,4,5,6,7" in r["gpu.E013"].message
+    assert "gpunode_driver_fabricmanager" in r["gpu.E013"].hint
+
+
+def test_fabricmanager_version_mismatch_hint_is_the_version_pin():
+    r, _ = judge(S.SCENARIOS["fabricmanager_version_mismatch"][0]())
+    assert "580.95.05 but driver 580.159.04" in r["gpu.E013"].message
+    assert "gpunode_driver_version" in r["gpu.E013"].hint
+
+
+def test_fabricmanager_not_installed_on_nvswitch_board_fails():
+    snap = S.make_snapshot(system=S.h100_system(fabric=S.hgx_fabric(fm_version=None, fm_active="inactive")))
+    r, _ = judge(snap)
+    assert r["gpu.E013"].status == Status.FAIL and "not installed" in r["gpu.E013"].message
+
+
+def test_fabric_registration_error_fails():
+    snap = S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(6, fabric=(3, 999))))
+    r, _ = judge(snap)
+    assert r["gpu.E013"].status == Status.FAIL and "GPU 6" in r["gpu.E013"].message
+
+
+def test_pcie_node_without_nvswitch_skips():
+    facts = S.h100_facts()
+    del facts["gpunode_driver"]["fabricmanager"]
+    snap = S.make_snapshot(
+        nvml=S.FakeNvml(gpus=[S.h100_gpu(i, fabric=(0, 3)) for i in range(8)]),
+        system=S.h100_system(fabric=S.FabricState()),
+        facts=facts,
+    )
+    r, verdict = judge(snap)
+    assert r["gpu.E013"].status == Status.SKIP and "Fabric Manager not needed" in r["gpu.E013"].message
+    assert verdict.ready
+
+
+def test_fabric_pending_without_visible_nvswitch_warns():
+    facts = S.h100_facts()
+    facts["gpunode_driver"]["fabricmanager"] = False
+    snap = S.make_snapshot(
+        nvml=S.FakeNvml(gpus=S.gpus_with(0, fabric=(1, 0))),
+        system=S.h100_system(fabric=S.FabricState()),
+        facts=facts,
+    )
+    r, _ = judge(snap)
+    assert r["gpu.E013"].status == Status.WARN and "GPU 0" in r["gpu.E013"].message
+
+
+def test_fact_promises_fabricmanager_that_is_gone():
+    # The role installed it (fact), the switches are not visible (e.g. a sysfs read failed): still judged.
+    snap = S.make_snapshot(system=S.h100_system(fabric=S.FabricState(fm_version=None)))
+    r, _ = judge(snap)
+    assert r["gpu.E013"].status == Status.FAIL and "fabricmanager: true" in r["gpu.E013"].message
+
+
+def test_fabric_in_container_leaves_fabricmanager_to_the_host():
+    snap = S.make_snapshot(system=S.h100_system(container="docker", fabric=S.hgx_fabric(fm_version=None)))
+    r, _ = judge(snap)
+    assert r["gpu.E013"].status == Status.PASS and "runs on the host" in r["gpu.E013"].message
