@@ -40,9 +40,15 @@ def short(torch, dev):
 
 
 def long(torch, dev, scale):
-    m = probes.matmul_rate(torch, dev, "bf16", 8192, 5.0 * scale, 30.0 * scale)
-    c = probes.copy_rate(torch, dev, "h2d", True, 1024 * MIB, 2.0 * scale, 20.0 * scale)
-    return {"bf16_tflops": m["tflops"], "h2d_pinned_gbs": c["gbs"], "matmul_batches": m["batches"]}
+    # No batch cap: the probe's default (200) would end the 30 s matmul after about 4 s.
+    m = probes.matmul_rate(torch, dev, "bf16", 8192, 5.0 * scale, 30.0 * scale, max_batches=10**6)
+    c = probes.copy_rate(torch, dev, "h2d", True, 1024 * MIB, 2.0 * scale, 20.0 * scale, max_batches=10**6)
+    return {
+        "bf16_tflops": m["tflops"],
+        "h2d_pinned_gbs": c["gbs"],
+        "matmul_batches": m["batches"],
+        "h2d_batches": c["batches"],
+    }
 
 
 def main(argv=None) -> int:

@@ -529,6 +529,13 @@ def judge_workload(run: WorkloadRun, gpus: list | None = None) -> list[WorkloadF
     return out
 
 
+def _precision_env(run: WorkloadRun) -> str:
+    """Variables that force TF32 off (NVIDIA_TF32_OVERRIDE=0) or on for fp32, as the env probe saw them."""
+    env, _ = suite_section(run, "env")
+    found = (env or {}).get("precision_env") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(found.items()))
+
+
 def judge_matmul(run: WorkloadRun, on_gpu: bool) -> list[WorkloadFinding]:
     data, err = suite_section(run, "matmul")
     out = []
@@ -593,6 +600,9 @@ def judge_matmul(run: WorkloadRun, on_gpu: bool) -> list[WorkloadFinding]:
         else:
             msg = f"{dt} matmul {worst_v:.1f} TFLOP/s on the slowest GPU ({len(values)} measured)"
         hint = _HINT_MATMUL if status in (J.WARN, J.FAIL) else None
+        forced = _precision_env(run)
+        if hint and forced and dt in ("tf32", "fp32"):
+            hint = f"{forced} is set in the training environment and changes what {dt} runs; " + hint
         out.append(
             _f(
                 cid,
@@ -1028,7 +1038,7 @@ def judge_ddp(run: WorkloadRun, links: list[GpuLink]) -> list[WorkloadFinding]:
             J.SKIP,
             f"one GPU: no inter-GPU traffic (algbw {alg:.0f} GB/s at {size} is a local copy)"
             if alg
-            else "one GPU: nothing to measure",
+            else "one GPU: all_reduce moves no data, bandwidth not measured",
             value=bus,
             unit="GB/s",
         )

@@ -124,6 +124,12 @@ def probe_env(args: dict) -> dict:
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cuda_available": bool(torch.cuda.is_available()),
         "gpus": [],
+        # Variables that silently change what the matmul probes measure (TF32 forced off, or on for fp32).
+        "precision_env": {
+            k: os.environ[k]
+            for k in ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")
+            if k in os.environ
+        },
     }
     if out["cuda_available"]:
         t1 = time.perf_counter()
@@ -163,8 +169,11 @@ def _nccl_version(torch):
 MATMUL_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 
 
-def matmul_rate(torch, device, dtype: str, n: int, warmup_s: float, measure_s: float) -> dict:
-    """Dense n x n x n matmul TFLOP/s for one dtype on one device (median of timed batches)."""
+def matmul_rate(
+    torch, device, dtype: str, n: int, warmup_s: float, measure_s: float, max_batches: int = 200
+) -> dict:
+    """Dense n x n x n matmul TFLOP/s for one dtype on one device (median of timed batches; a long
+    measurement raises ``max_batches`` or it stops at 200 batches, about 4 s on a GPU)."""
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[dtype]
     old_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
@@ -184,7 +193,7 @@ def matmul_rate(torch, device, dtype: str, n: int, warmup_s: float, measure_s: f
             per_batch = max(1, min(200, int(0.02 * guess / flop)))
         else:
             per_batch = 1
-        times = timed_batches(torch, device, fn, per_batch, warmup_s, measure_s)
+        times = timed_batches(torch, device, fn, per_batch, warmup_s, measure_s, max_batches)
         rates = [flop / t / 1e12 for t in times]
         ok = bool(torch.isfinite(c[:64, :64].float()).all())
         s = _summary(rates)
@@ -222,7 +231,16 @@ def probe_matmul(args: dict) -> dict:
 # ----------------------------------------------------------------------------------------- bandwidth
 
 
-def copy_rate(torch, device, direction: str, pinned: bool, nbytes: int, warmup_s: float, measure_s: float):
+def copy_rate(
+    torch,
+    device,
+    direction: str,
+    pinned: bool,
+    nbytes: int,
+    warmup_s: float,
+    measure_s: float,
+    max_batches: int = 200,
+):
     """GB/s of one host<->device direction ('h2d' or 'd2h'), pinned or pageable host memory."""
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
     host.fill_(1)  # fault the pages in before timing
@@ -239,7 +257,7 @@ def copy_rate(torch, device, direction: str, pinned: bool, nbytes: int, warmup_s
             host.copy_(dev, non_blocking=pinned)
 
     # Pageable copies return to the host only when done, so CUDA events still time them correctly.
-    times = timed_batches(torch, device, fn, 4 if pinned else 2, warmup_s, measure_s)
+    times = timed_batches(torch, device, fn, 4 if pinned else 2, warmup_s, measure_s, max_batches)
     rates = [nbytes / t / 1e9 for t in times]
     return {"gbs": statistics.median(rates), "gbs_max": max(rates), "bytes": nbytes, "batches": len(rates)}
 
@@ -283,6 +301,9 @@ def probe_bandwidth(args: dict) -> dict:
             row["device_copy"] = {"error": f"{type(exc).__name__}: {exc}"}
         torch.cuda.empty_cache()
         out["gpus"].append(row)
+    # The caching host allocator keeps the pinned buffers for the process's life otherwise.
+    with contextlib.suppress(Exception):
+        getattr(torch._C, "_host_emptyCache", lambda: None)()
     return out
 
 
@@ -371,6 +392,7 @@ def amp_run(torch, device, model_kind: str, mode: str, cfg: dict) -> dict:
     warmup = int(cfg["warmup"])
     steps = int(cfg["steps"])
     t_start = None
+    t_warm = time.perf_counter()
 
     for step in range(warmup + steps):
         if step == warmup:
@@ -403,6 +425,8 @@ def amp_run(torch, device, model_kind: str, mode: str, cfg: dict) -> dict:
         "per_s": per_step * steps / elapsed,
         "unit": "img/s" if model_kind == "cnn" else "seq/s",
         "scale": scaler.get_scale() if scaler is not None else None,
+        # Where the time goes: warm-up includes cuDNN's autotuning (cudnn.benchmark) on a GPU.
+        "warm_s": round(t_start - t_warm, 3),
     }
 
 
@@ -417,7 +441,13 @@ def probe_amp(args: dict) -> dict:
         torch.backends.cudnn.benchmark = True
         torch.cuda.set_device(dev)
     modes = args.get("modes") or (("fp32", "bf16") if dev.type == "cpu" else ("fp32", "fp16", "bf16"))
-    out = {"device": str(dev), "models": {}}
+    # torch's defaults, as a training job gets them: cuDNN convolutions in "fp32" use TF32, matmuls do not.
+    out = {
+        "device": str(dev),
+        "models": {},
+        "conv_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+    }
     for kind in ("cnn", "transformer"):
         res = {}
         for mode in modes:
@@ -519,8 +549,17 @@ def recommended_workers(cpus: int, gpus: int) -> int:
     return max(1, min(8, per_gpu - 1))
 
 
-def dataloader_rate(torch, ds, workers: int, batch: int, pin: bool, device, epochs: int):
-    """Images/s of `epochs` timed passes after one warm pass (workers start during the warm pass)."""
+def dataloader_images(workers, batch: int, floor: int = 192) -> int:
+    """Images per epoch: three batches for each worker of the largest count, or that count measures one
+    batch's latency instead of a rate (192 images in batches of 32 kept only 6 of 8 workers busy)."""
+    return max(floor, 3 * max(int(w) for w in workers) * batch)
+
+
+def dataloader_rate(
+    torch, ds, workers: int, batch: int, pin: bool, device, epochs: int, max_batches: int | None = None
+):
+    """Images/s of `epochs` timed passes after one warm pass (workers start during the warm pass); at
+    most ``max_batches`` timed batches when given (a steady rate needs no whole epoch without workers)."""
     from torch.utils.data import DataLoader
 
     kw = {"batch_size": batch, "shuffle": True, "num_workers": workers, "pin_memory": pin, "drop_last": False}
@@ -539,12 +578,15 @@ def dataloader_rate(torch, ds, workers: int, batch: int, pin: bool, device, epoc
         warm_s = time.perf_counter() - t0
         _sync(torch, device)
         t0 = time.perf_counter()
-        n = 0
+        n = nb = 0
         for _ in range(epochs):
             for xb, _ in dl:
                 if device.type == "cuda":
                     xb = xb.to(device, non_blocking=pin)
                 n += xb.shape[0]
+                nb += 1
+                if max_batches is not None and nb >= max_batches:
+                    break
         _sync(torch, device)
         return {"ips": n / (time.perf_counter() - t0), "images": n, "first_epoch_s": warm_s}
     finally:
@@ -557,8 +599,7 @@ def probe_dataloader(args: dict) -> dict:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     ngpu = torch.cuda.device_count() if dev.type == "cuda" else 1
     cpu = dev.type == "cpu"
-    count = int(args.get("images", 32 if cpu else 192))
-    batch = int(args.get("batch", 8 if cpu else 32))
+    batch = int(args.get("batch", 8 if cpu else 16))
     crop = int(args.get("crop", 64 if cpu else 224))
     size = tuple(args.get("size", (160, 128) if cpu else (484, 402)))
     epochs = int(args.get("epochs", 1))
@@ -566,6 +607,8 @@ def probe_dataloader(args: dict) -> dict:
     cands = args.get("workers")
     if cands is None:
         cands = sorted({0, rec} | ({max(1, rec // 2)} if rec >= 4 else set()))
+    count = int(args.get("images", 32 if cpu else dataloader_images(cands, batch)))
+    zero_batches = int(args.get("zero_batches", 6))
     pin = dev.type == "cuda"
     tmp = tempfile.mkdtemp(prefix="hostcheck-jpeg-")
     try:
@@ -576,7 +619,8 @@ def probe_dataloader(args: dict) -> dict:
         results = {}
         for w in cands:
             try:
-                results[str(w)] = dataloader_rate(torch, ds, int(w), batch, pin, dev, epochs)
+                cap = zero_batches if int(w) == 0 else None
+                results[str(w)] = dataloader_rate(torch, ds, int(w), batch, pin, dev, epochs, cap)
             except Exception as exc:
                 results[str(w)] = {"error": f"{type(exc).__name__}: {exc}"}
         good = {int(k): v["ips"] for k, v in results.items() if "ips" in v}
@@ -672,44 +716,53 @@ def ddp_worker(args: dict) -> dict:
         out["ddp_param_maxdiff"] = float(diff)
         out["ddp_ok"] = bool(math.isfinite(lossv) and float(diff) == 0.0)
 
-        # all_reduce bandwidth at a size that means something (256 MiB on GPUs, small on gloo).
-        nbytes = int(args.get("bw_bytes", 256 * MIB if device.type == "cuda" else 4 * MIB))
-        iters = int(args.get("bw_iters", 20 if device.type == "cuda" else 3))
-        buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-        for _ in range(2):
-            dist.all_reduce(buf)
-        _sync(torch, device)
-        dist.barrier()
-        t1 = time.perf_counter()
-        if device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                dist.all_reduce(buf)
-            stop.record()
-            stop.synchronize()
-            per = start.elapsed_time(stop) / 1000.0 / iters
-        else:
-            for _ in range(iters):
-                dist.all_reduce(buf)
-            per = (time.perf_counter() - t1) / iters
-        slowest = torch.tensor([per], dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        per = float(slowest)
-        algbw = nbytes / per / 1e9
-        out["bw_bytes"] = nbytes
-        out["bw_iters"] = iters
-        out["allreduce_s"] = per
-        out["algbw_gbs"] = algbw
-        out["busbw_gbs"] = algbw * 2.0 * (world - 1) / world
-        del buf
-        dist.barrier()
+        _allreduce_bw(torch, dist, device, world, args, out)
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     out["wall_s"] = round(time.perf_counter() - t0, 3)
     return out
+
+
+def _allreduce_bw(torch, dist, device, world: int, args: dict, out: dict) -> None:
+    """all_reduce bandwidth of the slowest rank: algbw and busbw = algbw x 2(n-1)/n into ``out``."""
+    if world < 2:
+        # NCCL's one-rank all_reduce in place is a no-op: timing it would report an absurd "bandwidth".
+        out["bw_skipped"] = "world size 1: all_reduce moves no data"
+        return
+    # all_reduce bandwidth at a size that means something (256 MiB on GPUs, small on gloo).
+    nbytes = int(args.get("bw_bytes", 256 * MIB if device.type == "cuda" else 4 * MIB))
+    iters = int(args.get("bw_iters", 20 if device.type == "cuda" else 3))
+    buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    for _ in range(2):
+        dist.all_reduce(buf)
+    _sync(torch, device)
+    dist.barrier()
+    t1 = time.perf_counter()
+    if device.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        stop.record()
+        stop.synchronize()
+        per = start.elapsed_time(stop) / 1000.0 / iters
+    else:
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        per = (time.perf_counter() - t1) / iters
+    slowest = torch.tensor([per], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    per = float(slowest)
+    algbw = nbytes / per / 1e9
+    out["bw_bytes"] = nbytes
+    out["bw_iters"] = iters
+    out["allreduce_s"] = per
+    out["algbw_gbs"] = algbw
+    out["busbw_gbs"] = algbw * 2.0 * (world - 1) / world
+    del buf
+    dist.barrier()
 
 
 def probe_ddp_inprocess(args: dict) -> dict:

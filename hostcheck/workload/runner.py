@@ -2,6 +2,8 @@
 
 A child runs in its own session (process group). At the timeout the whole group is killed with SIGKILL,
 so a hung CUDA kernel or NCCL call, and any DataLoader workers it forked, cannot outlive the report.
+Descendants that start a session of their own (torchrun starts every worker so) are found by a token in
+their environment (``HOSTCHECK_RUN_TOKEN``, inherited from the child) and killed too.
 Output goes to temporary files (no pipe can fill up and block the child). The child reports by printing
 lines ``HOSTCHECK_WORKLOAD_JSON:{...}``; every such line is a record, so what a child finished before it
 hung or crashed is kept.
@@ -17,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,6 +27,8 @@ from typing import Any
 MARKER = "HOSTCHECK_WORKLOAD_JSON:"
 #: How long to wait for a killed child to go; one stuck in the kernel (D state) is left behind.
 KILL_WAIT_S = 5.0
+#: Set in every child's environment, one value per launch: what outlives the child's group is found by it.
+TOKEN_VAR = "HOSTCHECK_RUN_TOKEN"
 TAIL_LINES = 20
 TAIL_CHARS = 2000
 
@@ -104,6 +109,29 @@ def _kill_group(p: subprocess.Popen) -> None:
         p.kill()
 
 
+def kill_by_token(token: str, proc_root: str = "/proc") -> list[int]:
+    """SIGKILL every process whose environment carries ``TOKEN_VAR=token``; their pids."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    killed = []
+    try:
+        pids = [int(d) for d in os.listdir(proc_root) if d.isdigit()]
+    except OSError:
+        return killed
+    for pid in pids:
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"{proc_root}/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or another user's
+            continue
+        if needle in env.split(b"\0"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
+
+
 def _read(f) -> str:
     f.flush()
     f.seek(0)
@@ -172,6 +200,7 @@ def run_children(
     that crashed leaves its peers hung in a collective.
     """
     envs = list(envs) if envs is not None else [None] * len(argvs)
+    token = uuid.uuid4().hex
     start = time.monotonic()
     deadline = start + timeout
     procs: list[subprocess.Popen | None] = []
@@ -188,7 +217,7 @@ def run_children(
                 stdin=subprocess.DEVNULL,
                 stdout=fo,
                 stderr=fe,
-                env=env if env is not None else child_env(),
+                env={**(env if env is not None else child_env()), TOKEN_VAR: token},
                 cwd=cwd or "/",
                 start_new_session=True,
             )
@@ -232,10 +261,12 @@ def run_children(
                         ends[i] = time.monotonic()
                 break
             time.sleep(0.02)
-        # Reap anything a finished child left in its group (orphaned DataLoader workers, for one).
+        # Reap anything a finished child left in its group (orphaned DataLoader workers, for one), and
+        # what left the group (torchrun's workers, each in a session of its own).
         for p in procs:
             if p is not None:
                 _kill_group(p)
+        kill_by_token(token)
         runs = []
         for i, p in enumerate(procs):
             fo, fe = files[i]
@@ -261,6 +292,7 @@ def run_children(
                 _kill_group(p)
                 with contextlib.suppress(Exception):
                     p.wait(KILL_WAIT_S)
+        kill_by_token(token)
         stack.close()
 
 

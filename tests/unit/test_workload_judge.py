@@ -232,9 +232,7 @@ def ddp_single():
         "allreduce_ok": True,
         "allreduce_value": [1.0, 1.0],
         "ddp_ok": True,
-        "busbw_gbs": 0.0,
-        "algbw_gbs": 1500.0,
-        "bw_bytes": 256 * 2**20,
+        "bw_skipped": "world size 1: all_reduce moves no data",
     }
 
 
@@ -309,6 +307,14 @@ def test_slow_matmul_and_unknown_sku():
     assert f["workload.E001"].status == "skip" and f["workload.E001"].value == 766.0
     assert "no verdict" in f["workload.E001"].message
     assert f["workload.E008"].status == "skip"
+
+
+def test_tf32_forced_off_is_named_in_the_hint():
+    s = gpu_suite(tflops={"bf16": 766.0, "fp16": 745.0, "tf32": 50.0, "fp32": 49.0})
+    s.records[1]["data"]["precision_env"] = {"NVIDIA_TF32_OVERRIDE": "0"}  # TF32 runs at fp32 speed
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    assert f["workload.E003"].status == "fail" and "NVIDIA_TF32_OVERRIDE=0" in f["workload.E003"].hint
+    assert f["workload.E001"].hint is None  # bf16 is fine and untouched by it
 
 
 def test_worst_gpu_decides_and_each_gpu_is_listed():

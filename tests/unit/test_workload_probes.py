@@ -119,3 +119,33 @@ def test_multinode_without_a_gpu_runs_one_gloo_rank_per_node_through_torchrun():
     assert r.ok, (r.error, r.stderr_tail)
     f = api.judge_multinode(run)
     assert f.status == "pass" and f.message.startswith("world 1: 1 local rank(s) correct"), f
+
+
+def test_rates_stop_at_the_batch_cap_unless_a_long_run_lifts_it():
+    # The long half of benchmarks/matmul_h2d_long_vs_short.py lifts the cap; with it the 30 s run would be ~4 s.
+    cpu = torch.device("cpu")
+    capped = probes.matmul_rate(torch, cpu, "fp32", 8, 0.0, 0.3)
+    lifted = probes.matmul_rate(torch, cpu, "fp32", 8, 0.0, 0.3, max_batches=10**6)
+    assert capped["batches"] == 200 and lifted["batches"] > 200
+
+
+def test_one_rank_ddp_does_not_time_a_no_op_all_reduce():
+    out = probes.probe_ddp_inprocess({"device": "cpu", "backend": "gloo"})
+    assert out["world"] == 1 and out["allreduce_ok"] and out["ddp_ok"]
+    assert "busbw_gbs" not in out and "moves no data" in out["bw_skipped"]
+    suite = api.ProbeRun(
+        name="suite",
+        records=(
+            {"probe": "ddp", "event": "start"},
+            {"probe": "ddp", "ok": True, "data": dict(out, backend="nccl")},
+        ),
+    )
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=suite, ddp_mode="in-suite")))
+    assert f["workload.E013"].status == J.SKIP and "not measured" in f["workload.E013"].message
+
+
+def test_dataloader_sizes_keep_every_worker_busy_and_cap_the_zero_worker_run():
+    assert probes.dataloader_images([0, 4, 8], 16) == 384  # 3 batches for each of 8 workers
+    assert probes.dataloader_images([0, 1], 16) == 192
+    out = probes.probe_dataloader(dict(TINY_DL, images=40, workers=[0], zero_batches=3))
+    assert out["results"]["0"]["images"] == 12  # 3 batches of 4, not the whole epoch of 40

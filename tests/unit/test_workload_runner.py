@@ -90,9 +90,43 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
         pytest.fail("the grandchild (think: a DataLoader worker) outlived the timeout")
 
 
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("hang", [True, False])
+def test_a_grandchild_in_a_session_of_its_own_is_killed_too(tmp_path, hang):
+    # torchrun starts each worker with start_new_session=True: the group kill cannot reach it.
+    pidfile = tmp_path / "worker.pid"
+    argv = script(
+        tmp_path,
+        "launcher",
+        f"""
+        g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+        open({str(pidfile)!r}, "w").write(str(g.pid))
+        time.sleep(120 if {hang!r} else 0)
+        print("HOSTCHECK_WORKLOAD_JSON:{{}}")
+        """,
+    )
+    r = run_child(argv, timeout=1.5)
+    assert r.timed_out is hang
+    assert _gone_within(int(pidfile.read_text()), 3), "a worker in its own session outlived the run"
+
+
 def test_a_child_that_survives_sigkill_is_left_behind_not_waited_for(tmp_path, monkeypatch):
     # Stand-in for a process stuck in the kernel (D state, wedged driver): make the kill a no-op.
     monkeypatch.setattr(runner, "_kill_group", lambda p: None)
+    monkeypatch.setattr(runner, "kill_by_token", lambda token: [])
     monkeypatch.setattr(runner, "KILL_WAIT_S", 0.2)
     pidfile = tmp_path / "pid"
     argv = script(
