@@ -62,6 +62,20 @@ def test_hung_child_is_killed_at_its_timeout_and_keeps_what_it_printed(tmp_path)
     assert data is None and "before dataloader" in why
 
 
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):  # killed; waiting for init to reap it
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
     argv = script(
@@ -75,33 +89,9 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
     )
     r = run_child(argv, timeout=1.0)
     assert r.timed_out
-    pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            break
-        if state in ("Z", "X"):  # killed; waiting for init to reap it
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the grandchild (think: a DataLoader worker) outlived the timeout")
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
+    assert _gone_within(int(pidfile.read_text()), 3), (
+        "the grandchild (think: a DataLoader worker) outlived it"
+    )
 
 
 @pytest.mark.parametrize("hang", [True, False])
