@@ -17,6 +17,7 @@ from typing import Any
 from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.registry import Check, Result, all_checks, run_checks, select
 from hostcheck.score import FAIL_LEVELS, Verdict, verdict
+from hostcheck.workload.runner import python_arg
 
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 
@@ -74,7 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--expect-gpus", type=int, metavar="N", help="GPUs this node must have (default: local facts)"
     )
     env.add_argument(
-        "--python", metavar="PATH", help="the training Python to probe (default: the venv in the facts)"
+        "--python",
+        metavar="PATH",
+        type=python_arg,
+        help="the training Python to probe (default: the venv in the facts)",
     )
     env.add_argument("--facts-dir", default="/etc/ansible/facts.d", metavar="DIR", help="Ansible local facts")
     env.add_argument(

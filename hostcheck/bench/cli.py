@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from hostcheck.cli import EXIT_USAGE, _Parser, _split, _UsageError
+from hostcheck.workload.runner import python_arg
 
 EXIT_OK, EXIT_NOTHING_MEASURED = 0, 1
 # One warm-up round by default: each variant's worker process makes its first, cold measurement (first
@@ -62,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     env = p.add_argument_group("environment")
     env.add_argument(
-        "--python", metavar="PATH", help="the training Python (default: the venv in the local facts)"
+        "--python",
+        metavar="PATH",
+        type=python_arg,
+        help="the training Python (default: the venv in the local facts)",
     )
     env.add_argument("--facts-dir", default="/etc/ansible/facts.d", metavar="DIR", help="Ansible local facts")
     env.add_argument(

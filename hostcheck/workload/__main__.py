@@ -15,13 +15,16 @@ from hostcheck.workload.api import (
     gpus_from_nvml,
     judge_workload,
 )
+from hostcheck.workload.runner import python_arg
 
 ICON = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "skip", "error": "ERR "}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hostcheck.workload", description=__doc__)
-    ap.add_argument("--python", default=sys.executable, help="the training Python (default: this one)")
+    ap.add_argument(
+        "--python", default=sys.executable, type=python_arg, help="the training Python (default: this one)"
+    )
     ap.add_argument("--quick", action="store_true", help="run no workload (every check skipped)")
     ap.add_argument("--burn", type=float, default=0.0, metavar="SECONDS", help="add a matmul stress run")
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")

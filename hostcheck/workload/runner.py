@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -163,6 +164,14 @@ def _outcome(name: str, rc: int | None, timed_out: bool, timeout: float, out: st
         wall_s=wall,
         stderr_tail=errtail,
     )
+
+
+def python_arg(value: str) -> str:
+    """A --python value as children can run it: they start in /, so a relative path is made absolute, and
+    a bare name (python3) is looked up on PATH now."""
+    if os.sep in value:
+        return os.path.abspath(value)
+    return shutil.which(value) or value
 
 
 def child_env(env_overrides: dict | None = None) -> dict[str, str]:

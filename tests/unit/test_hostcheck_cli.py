@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 import time
 import xml.etree.ElementTree as ET
 
@@ -143,6 +145,19 @@ def test_options_reach_the_gatherers(use_scenario, capsys, tmp_path):
     cli.main(["--expect-gpus", "8", "--facts-dir", str(tmp_path), "--torch-timeout", "5"])
     o = seen["options"]
     assert (o.expect_gpus, o.facts_dir, o.torch_timeout_s) == (8, str(tmp_path), 5)
+    capsys.readouterr()
+
+
+def test_relative_python_path_is_made_absolute(use_scenario, capsys, monkeypatch, tmp_path):
+    # The probes run in /, so a relative --python would not be found there ("No such file or directory").
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    seen = use_scenario("healthy_8x_h100")
+    cli.main(["--quick", "--python", "venv/bin/python"])
+    assert seen["options"].python == str(tmp_path / "venv" / "bin" / "python")
+    cli.main(["--quick", "--python", "python3"])  # a bare name is looked up on PATH
+    assert seen["options"].python == shutil.which("python3")
     capsys.readouterr()
 
 
