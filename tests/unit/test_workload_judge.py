@@ -309,6 +309,16 @@ def test_slow_matmul_and_unknown_sku():
     assert f["workload.E008"].status == "skip"
 
 
+def test_amp_details_say_the_cnn_baseline_uses_tf32_convolutions():
+    s = gpu_suite()
+    amp = next(r for r in s.records if r.get("probe") == "amp" and "data" in r)["data"]
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    assert not any("TF32" in d for d in f["workload.E010"].details)
+    amp["conv_tf32"] = True
+    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    assert any("convolutions in TF32" in d for d in f["workload.E010"].details)
+
+
 def test_tf32_forced_off_is_named_in_the_hint():
     s = gpu_suite(tflops={"bf16": 766.0, "fp16": 745.0, "tf32": 50.0, "fp32": 49.0})
     s.records[1]["data"]["precision_env"] = {"NVIDIA_TF32_OVERRIDE": "0"}  # TF32 runs at fp32 speed
