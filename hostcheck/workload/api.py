@@ -1092,6 +1092,8 @@ def judge_multinode(run: WorkloadRun) -> WorkloadFinding:
             + ("; ".join(errors) or "no rank reported")[:500],
             hint="check the rendezvous endpoint is reachable from every node, the same --rdzv-id on all, "
             "NCCL_SOCKET_IFNAME / NCCL_IB_HCA, and firewalls; NCCL_DEBUG=INFO shows the transport",
+            # torchrun's own report (which rank failed, and why) is in its stderr.
+            details=tuple(ln for r in run.multinode for ln in r.stderr_tail.splitlines() if ln.strip()),
         )
     bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
     world = recs[0].get("world")

@@ -152,9 +152,10 @@ def _outcome(name: str, rc: int | None, timed_out: bool, timeout: float, out: st
         error = "exited 0 but printed no result"
     errtail = tail(err)
     if error and errtail and not timed_out:
-        last = errtail.splitlines()[-1].strip()
-        if last:
-            error = f"{error}: {last[:300]}"
+        # The last line that says something: torchrun ends its error report with a rule of '='.
+        said = [ln.strip() for ln in errtail.splitlines() if any(c.isalnum() for c in ln)]
+        if said:
+            error = f"{error}: {said[-1][:300]}"
     return ProbeRun(
         name=name,
         records=tuple(records),

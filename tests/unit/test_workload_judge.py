@@ -459,6 +459,15 @@ def test_multinode_finding():
     run = api.WorkloadRun(suite=gpu_suite(), multinode=(bad,), multinode_requested=True)
     f = by_id(api.judge_workload(run))["workload.E014"]
     assert f.status == "fail" and "rendezvous" in f.hint
+    crashed = ProbeRun(
+        name="mn",
+        error="crashed (exit 1): hostcheck/workload/probes.py FAILED",
+        rc=1,
+        stderr_tail="Root Cause (first observed failure):\n[0]:\n  exitcode  : 1 (pid: 77)\n====",
+    )
+    run = api.WorkloadRun(suite=gpu_suite(), multinode=(crashed,), multinode_requested=True)
+    f = by_id(api.judge_workload(run))["workload.E014"]
+    assert f.status == "error" and "  exitcode  : 1 (pid: 77)" in f.details  # torchrun's report, kept
 
 
 # ------------------------------------------------------------------------------------------ NVML side

@@ -149,6 +149,17 @@ def test_crashing_child_gives_an_error_with_the_stderr_tail(tmp_path):
     assert len(r.records) == 1  # what it printed before the crash is kept
 
 
+def test_a_closing_rule_is_not_taken_for_the_error(tmp_path):
+    # torchrun ends its failure report with a line of '='; the error should quote what precedes it.
+    argv = script(
+        tmp_path,
+        "rule",
+        'sys.stderr.write("ChildFailedError: rank 0 failed\\n" + "=" * 60 + "\\n")\nsys.exit(1)\n',
+    )
+    r = run_child(argv, timeout=20)
+    assert r.error == "crashed (exit 1): ChildFailedError: rank 0 failed"
+
+
 def test_child_killed_by_a_signal_is_named(tmp_path):
     argv = script(tmp_path, "segv", "os.kill(os.getpid(), signal.SIGSEGV)\n")
     r = run_child(argv, timeout=20)
