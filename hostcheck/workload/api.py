@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -383,8 +384,29 @@ def torchrun_argv(python: str, mn: MultiNode, args: dict | None = None) -> list[
     return [*argv, PROBES_PATH, "ddp_worker", "--json-args", json.dumps(dict(args or {}))]
 
 
+def local_addr_towards(endpoint: str) -> str | None:
+    """This node's address on the route to ``host:port`` (a UDP connect sends nothing), or None."""
+    host, _, port = endpoint.rpartition(":")
+    host = host.strip("[]")
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.connect(addr)
+            return str(s.getsockname()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def launch_multinode(python: str, mn: MultiNode, args: dict | None = None, env: dict | None = None):
-    return run_child(torchrun_argv(python, mn, args), mn.timeout, name="multinode", env=child_env(env))
+    cenv = child_env(env)
+    # Without it, torchrun tells the other nodes to reach rank 0 by its host name, which fails wherever the
+    # nodes cannot resolve each other's names (seen with three podman nodes); an address always works.
+    # torchrun reads PET_LOCAL_ADDR as --local-addr; an older torch ignores it.
+    if not cenv.get("PET_LOCAL_ADDR"):
+        addr = local_addr_towards(mn.rdzv_endpoint)
+        if addr:
+            cenv["PET_LOCAL_ADDR"] = addr
+    return run_child(torchrun_argv(python, mn, args), mn.timeout, name="multinode", env=cenv)
 
 
 # ------------------------------------------------------------------------------------------- NVML side
@@ -1080,6 +1102,12 @@ def judge_multinode(run: WorkloadRun) -> WorkloadFinding:
     recs, errors = [], []
     for r in run.multinode:
         recs += [x.get("data") or {} for x in r.records if x.get("probe") == "ddp_worker" and x.get("ok")]
+        # A local rank that raised says why in its record; torchrun's own error only says that it failed.
+        errors += [
+            f"rank error: {x.get('error')}"
+            for x in r.records
+            if x.get("probe") == "ddp_worker" and x.get("ok") is False
+        ]
         if r.error:
             errors.append(r.error)
     if errors or not recs:

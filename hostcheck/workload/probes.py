@@ -912,7 +912,19 @@ def main(argv=None) -> int:
         sys.stderr.write(f"unknown probe {name!r}\n")
         return 2
     t0 = time.perf_counter()
-    data = fns[name](args)
+    try:
+        data = fns[name](args)
+    except Exception as exc:
+        # Under torchrun a rank's traceback is lost among the agents' output: the record carries it.
+        emit(
+            {
+                "probe": name,
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
+        )
+        raise
     emit({"probe": name, "ok": True, "data": data, "wall_s": round(time.perf_counter() - t0, 3)})
     if name == "ddp_worker":
         # Seen once under load in a container: gloo's threads aborted the interpreter's teardown ("terminate

@@ -319,6 +319,22 @@ def test_torchrun_argv_for_multinode():
     assert argv[-4].endswith("probes.py")
 
 
+def test_multinode_tells_torchrun_this_nodes_address(monkeypatch):
+    # Nodes that cannot resolve each other's names still meet: rank 0 is announced by address.
+    seen = {}
+    monkeypatch.setattr(api, "run_child", lambda argv, timeout, name, env: seen.setdefault("env", env))
+    api.launch_multinode("/venv/bin/python", api.MultiNode(nnodes="2", rdzv_endpoint="127.0.0.1:29400"))
+    assert seen.pop("env")["PET_LOCAL_ADDR"] == "127.0.0.1"
+    api.launch_multinode(
+        "/venv/bin/python",
+        api.MultiNode(nnodes="2", rdzv_endpoint="127.0.0.1:29400"),
+        env={"PET_LOCAL_ADDR": "10.1.2.3"},
+    )
+    assert seen.pop("env")["PET_LOCAL_ADDR"] == "10.1.2.3"  # the admin's choice wins
+    assert api.local_addr_towards("no-such-host.invalid:29400") is None
+    assert api.local_addr_towards("not an endpoint") is None
+
+
 # ------------------------------------------------------------------------ integration with the core
 
 
