@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -468,6 +469,12 @@ def test_multinode_finding():
     run = api.WorkloadRun(suite=gpu_suite(), multinode=(crashed,), multinode_requested=True)
     f = by_id(api.judge_workload(run))["workload.E014"]
     assert f.status == "error" and "  exitcode  : 1 (pid: 77)" in f.details  # torchrun's report, kept
+    raised = replace(
+        crashed, records=({"probe": "ddp_worker", "ok": False, "error": "DistStoreError: wait timeout"},)
+    )
+    run = api.WorkloadRun(suite=gpu_suite(), multinode=(raised,), multinode_requested=True)
+    f = by_id(api.judge_workload(run))["workload.E014"]
+    assert "rank error: DistStoreError: wait timeout" in f.message  # the rank's own reason comes first
 
 
 # ------------------------------------------------------------------------------------------ NVML side
