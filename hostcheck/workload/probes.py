@@ -875,24 +875,26 @@ def run_suite(args: dict) -> None:
     per = args.get("args") or {}
     for name in sections:
         emit({"probe": name, "event": "start", "t": time.time()})
-        t0 = time.perf_counter()
         sub = dict(per.get(name) or {})
         for k in ("device", "gpus"):
             if k in args and k not in sub:
                 sub[k] = args[k]
-        try:
-            data = SECTIONS[name](sub)
-            emit({"probe": name, "ok": True, "data": data, "wall_s": round(time.perf_counter() - t0, 3)})
-        except Exception as exc:
-            emit(
-                {
-                    "probe": name,
-                    "ok": False,
-                    "error": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc()[-2000:],
-                    "wall_s": round(time.perf_counter() - t0, 3),
-                }
-            )
+        emit(run_probe(name, SECTIONS[name], sub))
+
+
+def run_probe(name: str, fn, args: dict) -> dict:
+    """The result record of one probe: its data, or the exception and traceback it raised."""
+    t0 = time.perf_counter()
+    try:
+        return {"probe": name, "ok": True, "data": fn(args), "wall_s": round(time.perf_counter() - t0, 3)}
+    except Exception as exc:
+        return {
+            "probe": name,
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc()[-2000:],
+            "wall_s": round(time.perf_counter() - t0, 3),
+        }
 
 
 def main(argv=None) -> int:
@@ -911,21 +913,12 @@ def main(argv=None) -> int:
     if name not in fns:
         sys.stderr.write(f"unknown probe {name!r}\n")
         return 2
-    t0 = time.perf_counter()
-    try:
-        data = fns[name](args)
-    except Exception as exc:
-        # Under torchrun a rank's traceback is lost among the agents' output: the record carries it.
-        emit(
-            {
-                "probe": name,
-                "ok": False,
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc()[-2000:],
-            }
-        )
-        raise
-    emit({"probe": name, "ok": True, "data": data, "wall_s": round(time.perf_counter() - t0, 3)})
+    # Under torchrun a rank's traceback is lost among the agents' output: the record carries it.
+    rec = run_probe(name, fns[name], args)
+    emit(rec)
+    if not rec["ok"]:
+        sys.stderr.write(rec["traceback"])
+        return 1
     if name == "ddp_worker":
         # Seen once under load in a container: gloo's threads aborted the interpreter's teardown ("terminate
         # called without an active exception", SIGABRT) after the result was out. The measurement is complete
