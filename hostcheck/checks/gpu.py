@@ -20,6 +20,7 @@ from hostcheck.gather.nvml import (
     FABRIC_NOT_STARTED,
     FABRIC_STATE_NAMES,
     GpuInfo,
+    nvml_return_words,
 )
 from hostcheck.registry import Outcome, Status, check, errored, failed, passed, skipped, warned
 
@@ -480,7 +481,7 @@ def nvswitch_fabric(s: Any) -> Outcome:
     broken = [(i, status) for i, (st, status) in states if st == FABRIC_COMPLETED and status != 0]
     details = tuple(
         f"GPU {i}: fabric {FABRIC_STATE_NAMES.get(st, st)}"
-        + (f", status {_nvml_status(status)}" if st == FABRIC_COMPLETED else "")
+        + (f", status {nvml_return_words(status)}" if st == FABRIC_COMPLETED else "")
         for i, (st, status) in states
     )
     if not switches and not want_fm:
@@ -521,7 +522,9 @@ def nvswitch_fabric(s: Any) -> Outcome:
             f"fabric probe {FABRIC_STATE_NAMES[pending[0][1]]} on GPU {_list(pending)}: CUDA waits for it"
         )
     if broken:
-        problems.append(f"fabric registration failed on GPU {_list(broken)} ({_nvml_status(broken[0][1])})")
+        problems.append(
+            f"fabric registration failed on GPU {_list(broken)} ({nvml_return_words(broken[0][1])})"
+        )
     if problems:
         return failed(f"{where}: " + "; ".join(problems), hint=hint, value=_v(fab.fm_version), **kw)
     done = f"fabric completed on {len(states)} GPU(s)" if states else "fabric state not readable per GPU"
@@ -535,8 +538,3 @@ def _list(pairs: list[tuple[int, Any]]) -> str:
 
 def _v(v: Any) -> Any:
     return v if isinstance(v, str) else None
-
-
-def _nvml_status(code: int) -> str:
-    known = {0: "success", 3: "not supported", 999: "unknown error"}
-    return known.get(code, f"NVML return code {code}")

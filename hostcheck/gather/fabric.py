@@ -12,7 +12,7 @@ import re
 import shutil
 from dataclasses import dataclass
 
-from hostcheck.gather.base import NOT_FOUND, CmdResult, Runner, Unavailable, read_text, run_cmd
+from hostcheck.gather.base import NOT_FOUND, NOT_INSTALLED, CmdResult, Runner, Unavailable, read_text, run_cmd
 
 PCI_ROOT = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = "0x10de"
@@ -72,7 +72,7 @@ def gather_fabric(runner: Runner = run_cmd, pci_root: str = PCI_ROOT) -> FabricS
     v = runner([FM_BINARY, "--version"], 10)
     version: str | Unavailable | None
     if isinstance(v, Unavailable):
-        version = None if v.kind == "not_installed" else v
+        version = None if v.kind == NOT_INSTALLED else v
     else:
         version = parse_fm_version(v.stdout + "\n" + v.stderr) or Unavailable(
             NOT_FOUND, f"unparsable '{FM_BINARY} --version' output (exit {v.rc})"

@@ -62,6 +62,13 @@ CLOCK_REASON_NAMES = {
 Val = Union[Any, Unavailable]
 
 
+def nvml_return_words(code: int) -> str:
+    """An NVML return code (e.g. a fabric probe's status) in words."""
+    if code == 0:
+        return "success"
+    return _NVML_ERRORS[code][1] if code in _NVML_ERRORS else f"NVML return code {code}"
+
+
 def nvml_unavailable(exc: BaseException) -> Unavailable:
     code = getattr(exc, "value", None)
     if isinstance(code, int) and code in _NVML_ERRORS:
