@@ -271,12 +271,11 @@ def run_children(
                         ends[i] = time.monotonic()
                 break
             time.sleep(0.02)
-        # Reap anything a finished child left in its group (orphaned DataLoader workers, for one), and
-        # what left the group (torchrun's workers, each in a session of its own).
+        # Reap anything a finished child left in its group (orphaned DataLoader workers, for one); what
+        # left the group (torchrun's workers, each in a session of its own) is swept by token below.
         for p in procs:
             if p is not None:
                 _kill_group(p)
-        kill_by_token(token)
         runs = []
         for i, p in enumerate(procs):
             fo, fe = files[i]
