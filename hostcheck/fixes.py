@@ -3,6 +3,10 @@ with the roles; docs/design.md holds the shared names)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from hostcheck import platform
+
 PLAYBOOK = "playbooks/site.yml"
 
 
@@ -20,10 +24,27 @@ DRIVER = "gpunode_driver"
 PYTORCH = "gpunode_pytorch"
 CUDA = "gpunode_cuda"
 
-DRIVER_INSTALL = role_fix("gpunode_driver_branch: 580", DRIVER, "driver") + (
+_NOT_LOADED = (
     "; if it is installed but not loaded: check the nouveau blacklist and Secure Boot (mokutil --sb-state), "
     "then modprobe nvidia"
 )
+
+
+def driver_install(os_id: Any = "", version_id: Any = "") -> str:
+    """How to get a driver on this OS, from the platform data: its default source and branch."""
+    data = platform.load()
+    key, row = platform.os_row_for(data, os_id, version_id)
+    branch, source = platform.default_branch(data, row)
+    if source == "distro":
+        newest = data["defaults"]["driver_branch"]
+        return (
+            rerun(DRIVER, "driver")
+            + f" (it installs {key}'s own {branch} driver; for branch {newest} set gpunode_driver_source: nvidia "
+            f"and gpunode_driver_branch: {newest})" + _NOT_LOADED
+        )
+    return role_fix(f"gpunode_driver_branch: {branch}", DRIVER, "driver") + _NOT_LOADED
+
+
 DRIVER_MISMATCH = (
     "the kernel module and libnvidia-ml differ (packages upgraded under a loaded driver): reboot the node; "
     + role_fix("gpunode_driver_hold: true", DRIVER, "driver")

@@ -142,12 +142,14 @@ def driver_and_nvml(s: Any) -> Outcome:
             )
         return failed(
             f"no NVIDIA driver loaded ({kmod.reason if kmod else 'unknown'}) and {err.reason}",
-            hint=fixes.DRIVER_INSTALL,
+            hint=fixes.driver_install(s.system.os_id, s.system.os_version),
         )
     if "mismatch" in err.reason:
         return failed(f"NVML: {err.reason}", hint=fixes.DRIVER_MISMATCH)
     if err.kind == NOT_INSTALLED:
-        return failed(f"no NVIDIA driver: {err.reason}", hint=fixes.DRIVER_INSTALL)
+        return failed(
+            f"no NVIDIA driver: {err.reason}", hint=fixes.driver_install(s.system.os_id, s.system.os_version)
+        )
     return errored(f"NVML could not start: {err.reason}", hint="run as root; check dmesg for NVRM errors")
 
 
@@ -176,7 +178,11 @@ def gpu_count(s: Any) -> Outcome:
                 value=0,
                 unit="GPUs",
                 expected=">= 1",
-                hint=("fix gpu.E001 first; then " if not n.ok else fixes.DRIVER_INSTALL + "; ")
+                hint=(
+                    "fix gpu.E001 first; then "
+                    if not n.ok
+                    else fixes.driver_install(s.system.os_id, s.system.os_version) + "; "
+                )
                 + fixes.EXPECTED_GPUS,
             )
         return passed(
@@ -193,7 +199,7 @@ def gpu_count(s: Any) -> Outcome:
             unit="GPUs",
             expected=expected,
             hint="a GPU is missing or fell off the bus: check dmesg for Xid 79 and lspci -d 10de:, reseat or "
-            "RMA it; if the driver is missing: " + fixes.DRIVER_INSTALL,
+            "RMA it; if the driver is missing: " + fixes.driver_install(s.system.os_id, s.system.os_version),
         )
     if healthy > expected:
         return warned(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hostcheck import fixes
+from hostcheck import fixes, platform
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
 
@@ -50,15 +50,33 @@ def parse_version(v: Any) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups() if x is not None) if m else None
 
 
+def _gpu_sms(s: Any) -> list[str]:
+    n = s.nvml
+    if n is None or not n.ok:
+        return []
+    return sorted({f"{c[0]}.{c[1]}" for g in n.gpus if isinstance(c := g.compute_capability, tuple)})
+
+
 def suggested_index(s: Any) -> str:
-    d = driver_cuda(s)
-    if d is None:
-        return "cu130"
-    # the newest torch index a driver can run: its own CUDA major.minor, capped at what exists
-    for major, minor in ((13, 0), (12, 8), (12, 6), (12, 4), (11, 8)):
-        if (major, minor) <= d:
-            return f"cu{major}{minor}"
-    return "cu118"
+    """The torch index the platform data gives this node: its GPUs and its driver (or, with none loaded, the
+    branch the roles install on this OS by default)."""
+    data = platform.load()
+    n = s.nvml
+    driver = n.driver_version if n is not None and n.ok and isinstance(n.driver_version, str) else ""
+    if not driver:
+        driver = platform.default_branch(
+            data, platform.os_row_for(data, s.system.os_id, s.system.os_version)[1]
+        )[0]
+    sms = _gpu_sms(s)
+    return platform.index_for(data, driver, sms) or platform.index_for(data, "", sms) or "cpu"
+
+
+def _driver_fix(s: Any) -> str:
+    data = platform.load()
+    row = platform.os_row_for(data, s.system.os_id, s.system.os_version)[1]
+    newest = data["defaults"]["driver_branch"]
+    extra = "gpunode_driver_source: nvidia and " if platform.default_branch(data, row)[1] == "distro" else ""
+    return fixes.role_fix(f"{extra}gpunode_driver_branch: {newest}", fixes.DRIVER, "driver")
 
 
 @check("torch.E001", "torch installed in the training Python", weight=10, needs=("torch", "facts"))
@@ -112,7 +130,7 @@ def torch_cuda_vs_driver(s: Any) -> Outcome:
     if tmaj > d[0]:
         return failed(
             f"driver too old: torch needs CUDA {cuda}, the driver supports CUDA {d[0]}.{d[1]}",
-            hint=fixes.role_fix("gpunode_driver_branch: 580", fixes.DRIVER, "driver")
+            hint=_driver_fix(s)
             + f" (a newer driver), or install a torch built for it: gpunode_pytorch_index: {suggested_index(s)}",
             **kw,
         )

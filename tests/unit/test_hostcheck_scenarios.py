@@ -541,3 +541,31 @@ def test_fabric_in_container_leaves_fabricmanager_to_the_host():
     snap = S.make_snapshot(system=S.h100_system(container="docker", fabric=S.hgx_fabric(fm_version=None)))
     r, _ = judge(snap)
     assert r["gpu.E013"].status == Status.PASS and "runs on the host" in r["gpu.E013"].message
+
+
+# --- fix hints read the platform data (hostcheck/data/platform.json), as the roles do -------------------------------
+
+
+def test_a_debian12_node_without_a_driver_is_told_what_its_distro_gives():
+    # The old hint said gpunode_driver_branch: 580 and cu130 everywhere; Debian 12's distro source ships 535.
+    snap = S.make_snapshot(
+        nvml=S.FakeNvml(init_error=S.LIBRARY_NOT_FOUND),
+        system=S.h100_system(driver_version=S._no_driver(), os_id="debian", os_version="12"),
+        probe=S.h100_probe(torch={"cuda": None, "version": "2.13.0+cpu"}),
+    )
+    r, _ = judge(snap)
+    assert "Debian 12's own 535 driver" in r["gpu.E001"].hint
+    assert (
+        "gpunode_driver_branch: 580" in r["gpu.E001"].hint
+    )  # the way to the newer branch, via NVIDIA's repo
+    assert "gpunode_pytorch_index: cu126" in r["torch.E002"].hint
+
+
+def test_a_volta_node_is_pointed_at_the_build_that_still_has_sm70():
+    snap = S.make_snapshot(
+        nvml=S.FakeNvml(gpus=[S.h100_gpu(i, cc=(7, 0)) for i in range(8)]),
+        probe=S.h100_probe(torch={"arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]}),
+    )
+    r, _ = judge(snap)
+    assert r["torch.E003"].status is Status.FAIL
+    assert "gpunode_pytorch_index: cu126" in r["torch.E003"].hint

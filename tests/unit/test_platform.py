@@ -1,0 +1,324 @@
+"""The platform data (hostcheck/data/platform.json) and the one decision per node (hostcheck/platform.py).
+
+Scenario style: a node (OS, GPUs by PCI id, driver and torch settings) -> the plan the roles follow. Each
+defect the platform-truth work fixed has a scenario here that the old per-role logic got wrong; the comment
+above it says what the old code did.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from hostcheck import platform as pf
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = pf.load()
+
+H100 = "0x2330"  # H100 SXM5 80GB
+V100 = "0x1db1"  # V100 SXM2 16GB
+B200 = "0x2901"  # B200
+T4 = "0x1eb8"  # Tesla T4
+
+DEBIAN12 = {"distribution": "Debian", "major": "12", "family": "Debian"}
+DEBIAN13 = {"distribution": "Debian", "major": "13", "family": "Debian"}
+UBUNTU24 = {"distribution": "Ubuntu", "major": "24", "family": "Debian"}
+ROCKY8 = {"distribution": "Rocky", "major": "8", "family": "RedHat"}
+ROCKY9 = {"distribution": "Rocky", "major": "9", "family": "RedHat"}
+
+
+def plan(os=ROCKY9, gpus=(H100,), driver=None, torch=None, cuda=None, **kw):
+    return pf.node_plan(
+        os=os,
+        gpus=list(gpus),
+        driver=driver or {},
+        torch={"version": "2.13.0", **(torch or {})},
+        cuda={"source": "pip", **(cuda or {})},
+        **kw,
+    )
+
+
+def ok(p):
+    assert p["ok"], p["errors"]
+    return p
+
+
+def refused(p, *needles):
+    assert not p["ok"], p
+    text = " ".join(p["errors"])
+    for needle in needles:
+        assert needle in text, (needle, p["errors"])
+    return text
+
+
+# --- the data itself -----------------------------------------------------------------------------------
+
+
+def _rows():
+    yield from (("torch " + k, v) for k, v in DATA["torch"].items())
+    yield from (("CUDA " + k, v) for k, v in DATA["cuda"].items())
+    yield from (("CUDA major " + k, v) for k, v in DATA["cuda_major"].items())
+    yield from (("GPU " + k, v) for k, v in DATA["gpus"].items())
+    yield from (("arch " + k, v) for k, v in DATA["archs"].items())
+    yield from (("OS " + k, v) for k, v in DATA["os"].items())
+
+
+@pytest.mark.parametrize(("name", "row"), list(_rows()), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_row_carries_its_source(name, row):
+    source = row.get("source")
+    assert source, f"{name} has no source"
+    texts = list(source.values()) if isinstance(source, dict) else [source]
+    for text in texts:
+        assert isinstance(text, str) and len(text) > 20, f"{name}: a source names a document, not {text!r}"
+
+
+def test_every_variant_names_a_cuda_the_data_knows():
+    for minor, row in DATA["torch"].items():
+        assert row["variants"], minor
+        assert sum(v["role"] == "stable" for v in row["variants"].values()) >= 1, minor
+        for tag, variant in row["variants"].items():
+            cuda = pf.cuda_normalize(tag)
+            assert cuda in DATA["cuda"], (minor, tag)
+            assert cuda.split(".")[0] in DATA["cuda_major"], (minor, tag)
+            assert variant["role"] in ("stable", "legacy", "experimental", "extra"), (minor, tag)
+            assert all(re.fullmatch(r"\d+\.\d+", s) for s in variant["sm"]), (minor, tag)
+
+
+def test_every_gpu_names_a_known_arch():
+    for pci, row in DATA["gpus"].items():
+        assert re.fullmatch(r"0x[0-9a-f]{4}", pci)
+        assert row["arch"] in DATA["archs"], pci
+        assert row["sm"] in DATA["archs"][row["arch"]]["sm"], pci
+
+
+def test_supported_os_list_is_honest():
+    supported = set(pf.supported_os(DATA))
+    assert supported == {
+        "Debian 12",
+        "Debian 13",
+        "Ubuntu 22",
+        "Ubuntu 24",
+        "Rocky 8",
+        "Rocky 9",
+        "AlmaLinux 8",
+        "AlmaLinux 9",
+        "RedHat 8",
+        "RedHat 9",
+        "CentOS 9",
+    }
+    for name in ("Debian 11", "CentOS 8"):
+        assert DATA["os"][name]["why"], name
+
+
+# --- defect 1: torch rows -------------------------------------------------------------------------------
+
+
+def test_torch_213_ships_no_cu128():
+    # Old table: 2.12/2.13 listed 12.6/12.8/13.0, so auto on a driver below 580 chose cu128 and pip found nothing.
+    for minor in ("2.12", "2.13"):
+        assert "cu128" not in DATA["torch"][minor]["variants"]
+    assert "cu129" not in DATA["torch"]["2.12"]["variants"]
+    # 2.13's Linux-only cu129 build has no published architecture list: auto never picks it.
+    assert DATA["torch"]["2.13"]["variants"]["cu129"]["role"] == "extra"
+    p = ok(plan(driver={"branch": "570"}))
+    assert p["torch"]["tag"] == "cu126"
+
+
+def test_auto_prefers_the_releases_default_build():
+    # 2.14 ships cu130 and cu132 as stable; PyPI's default is cu130.
+    assert ok(plan(torch={"version": "2.14.0"}, driver={"branch": "580"}))["torch"]["tag"] == "cu130"
+    assert (
+        ok(plan(torch={"version": "2.14.0", "cuda": "cu132"}, driver={"branch": "580"}))["torch"]["tag"]
+        == "cu132"
+    )
+
+
+def test_a_planned_release_is_a_warning():
+    p = ok(plan(torch={"version": "2.15.0", "cuda": "cu130"}, driver={"branch": "580"}))
+    assert "planned" in p["warnings"][0]
+
+
+def test_torch_213_cu128_is_refused_with_the_builds_it_has():
+    text = refused(plan(torch={"cuda": "cu128"}), "torch 2.13.0 has no cu128 build")
+    assert "cu126" in text and "cu130" in text
+
+
+def test_rows_for_214_and_215_exist_and_215_drops_cu126():
+    assert {"2.14", "2.15"} <= set(DATA["torch"])
+    assert "cu126" in DATA["torch"]["2.14"]["variants"]
+    assert "cu126" not in DATA["torch"]["2.15"]["variants"]
+
+
+def test_v100_on_215_is_refused_with_the_nearest_release():
+    # Old table had no 2.15 row at all; with one, Volta (sm_70) has no build left.
+    text = refused(plan(gpus=[V100], torch={"version": "2.15.0"}), "sm_70")
+    assert "nearest working choice torch 2.14" in text and "cu126" in text
+
+
+def test_torchaudio_no_longer_tracks_torch():
+    # Old code paired torchaudio 2.M.P with torch 2.M.P: torchaudio 2.13.0 does not exist.
+    p = ok(plan(torch={"version": "2.13.0"}))
+    assert p["torch"]["torchaudio"] and not p["torch"]["torchaudio"].startswith("2.13")
+    assert p["torch"]["torchvision"].startswith("0.28")
+
+
+# --- defect 2: the training Python ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("os", "python"), [(ROCKY8, "python3.11"), (ROCKY9, "python3.11"), (DEBIAN12, "python3.11")]
+)
+def test_training_python_is_new_enough(os, python):
+    # Old roles created the venv with the OS python3: 3.6 on EL8, 3.9 on EL9 (torch >= 2.9 needs >= 3.10).
+    p = ok(plan(os=os, driver={"source": "nvidia"} if os is DEBIAN12 else None))
+    assert p["python"]["name"] == python and p["python"]["packages"]
+
+
+def test_an_old_python_is_refused():
+    refused(plan(torch={"python": "python3.9"}), "supports Python 3.10", "3.9")
+    refused(plan(torch={"python": "/usr/bin/python3", "python_version": "3.6"}), "3.6")
+
+
+# --- defect 3: CUDA major follows torch --------------------------------------------------------------------
+
+
+def test_cudnn_and_nccl_follow_torchs_cuda_major():
+    # Old code: gpunode_cuda_version defaulted to 12.8 whatever torch chose, so a 580 driver gave torch cu130 beside
+    # cu12 cuDNN/NCCL wheels (two libraries in nvidia/cudnn/lib).
+    p = ok(plan(driver={"branch": "580"}))
+    assert p["torch"]["tag"] == "cu130"
+    assert p["cuda"]["major"] == "13" and p["cuda"]["wheel_suffix"] == "cu13"
+    assert p["cuda"]["cudnn"] == DATA["torch"]["2.13"]["libraries"]["cu13"]["cudnn"]
+    assert p["cuda"]["nccl"] == DATA["torch"]["2.13"]["libraries"]["cu13"]["nccl"]
+
+
+def test_a_cuda_version_of_another_major_is_refused():
+    refused(
+        plan(driver={"branch": "580"}, cuda={"version": "12.8"}),
+        "cuDNN and NCCL must match torch's CUDA major",
+    )
+
+
+def test_distro_toolkit_must_share_torchs_major():
+    # Debian 12's archive toolkit is 11.8; the old fact recorded the requested version instead.
+    refused(
+        plan(os=DEBIAN12, gpus=[H100], cuda={"source": "distro"}),
+        "ships CUDA toolkit 11.8",
+        "gpunode_cuda_source: pip",
+    )
+
+
+# --- defect 6: kernel-module flavour and GPU architectures --------------------------------------------------
+
+
+def test_blackwell_gets_open_modules_and_volta_proprietary():
+    assert ok(plan(gpus=[B200]))["driver"]["flavour"] == "open"
+    assert ok(plan(gpus=[V100], torch={"cuda": "cu126"}))["driver"]["flavour"] == "proprietary"
+    # Hopper follows NVIDIA's default for the branch.
+    assert ok(plan(gpus=[H100], driver={"branch": "580"}))["driver"]["flavour"] == "open"
+
+
+def test_blackwell_with_proprietary_modules_is_refused():
+    refused(plan(gpus=[B200], driver={"open": "false"}), "works only with NVIDIA's open kernel modules")
+
+
+def test_volta_with_open_modules_is_refused():
+    refused(plan(gpus=[V100], driver={"open": "true"}), "not supported by NVIDIA's open kernel modules")
+
+
+def test_auto_on_a_v100_never_picks_cuda_13():
+    # Old auto chose cu130 on a V100 with a 580 driver: CUDA 13 has no sm_70 kernels.
+    p = ok(plan(gpus=[V100], driver={"branch": "580"}))
+    assert p["torch"]["tag"] == "cu126"
+
+
+def test_debian12_distro_has_no_open_modules_at_the_drivers_version():
+    refused(plan(os=DEBIAN12, gpus=[T4], driver={"open": "true"}), "no open kernel modules")
+
+
+def test_a_branch_too_old_for_the_gpu_is_refused():
+    text = refused(plan(os=DEBIAN12, gpus=[B200]), "needs driver branch >=")
+    assert "gpunode_driver_source: nvidia" in text
+
+
+def test_debian_distro_branch_is_the_only_one_it_ships():
+    refused(plan(os=DEBIAN12, gpus=[H100], driver={"branch": "580"}), "ships only the 535 driver branch")
+    ok(plan(os=DEBIAN12, gpus=[H100], driver={"branch": "580", "source": "nvidia"}))
+
+
+# --- refusals and their nearest working choice ----------------------------------------------------------
+
+
+def test_unknown_torch_names_the_override():
+    refused(plan(torch={"version": "2.99.0"}), "gpunode_platform_overrides")
+    row = {"2.99": {**DATA["torch"]["2.13"], "source": "a test row"}}
+    ok(plan(torch={"version": "2.99.0"}, overrides={"torch": row}))
+
+
+def test_no_gpu_and_auto_is_refused_cpu_is_fine():
+    refused(plan(gpus=[]), "gpunode_pytorch_cuda: cpu")
+    p = ok(plan(gpus=[], torch={"cuda": "cpu"}, cuda={"enabled": False}))
+    assert p["torch"]["tag"] == "cpu" and p["cuda"]["version"] == ""
+
+
+def test_old_driver_for_every_build():
+    text = refused(plan(driver={"branch": "470"}), "no CUDA build of torch 2.13.0 serves this node")
+    assert "needs driver >=" in text
+
+
+def test_unsupported_os_says_why_and_can_be_overridden():
+    refused(plan(os={"distribution": "CentOS", "major": "8", "family": "RedHat"}), "2024-05-31")
+    refused(plan(os={"distribution": "Debian", "major": "11", "family": "Debian"}), "2026-08-31")
+    p = ok(plan(os={"distribution": "OracleLinux", "major": "9", "family": "RedHat"}, enforce_os=False))
+    assert "trying anyway" in p["warnings"][0]
+
+
+def test_an_unknown_gpu_is_a_warning_not_a_guess():
+    p = ok(plan(gpus=["0xffff"]))
+    assert "0xffff" in p["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"torch": {"version": "latest"}},
+        {"torch": {"cuda": "twelve"}},
+        {"torch": {"policy": "loose"}},
+        {"driver": {"open": "maybe"}},
+        {"overrides": ["not", "a", "mapping"]},
+    ],
+)
+def test_bad_inputs_become_errors_not_exceptions(bad):
+    assert not plan(**bad)["ok"]
+
+
+# --- hostcheck reads the same data ---------------------------------------------------------------------
+
+
+def test_hint_for_a_cpu_only_debian12_node_is_what_its_distro_can_give():
+    # Old hint: gpunode_driver_branch 580 and cu130, which Debian 12's distro driver (535) cannot run.
+    from hostcheck import fixes
+
+    driver, source = pf.default_branch(DATA, pf.os_row_for(DATA, "debian", "12")[1])
+    assert (driver, source) == ("535", "distro")
+    assert pf.index_for(DATA, driver) == "cu126"
+    assert "Debian 12's own 535 driver" in fixes.driver_install("debian", "12")
+    assert "gpunode_driver_branch: 580" in fixes.driver_install("rocky", "9.4")
+
+
+def test_index_for_a_volta_and_a_new_driver():
+    assert pf.index_for(DATA, "580.95.05", ["7.0"]) == "cu126"
+    assert pf.index_for(DATA, "580.95.05", ["9.0"]) == "cu130"
+
+
+def test_the_roles_filter_is_this_module():
+    path = ROOT / "roles" / "gpunode_base" / "filter_plugins" / "gpunode_platform.py"
+    spec = importlib.util.spec_from_file_location("gpunode_platform_filter", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    filters = mod.FilterModule().filters()
+    inputs = {"os": ROCKY9, "gpus": [H100], "torch": {"version": "2.13.0"}, "cuda": {"source": "pip"}}
+    assert filters["gpunode_node_plan"](inputs) == pf.node_plan(**inputs)
