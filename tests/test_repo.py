@@ -44,7 +44,7 @@ def test_role_variables_are_prefixed_and_specified(role: Path):
     defaults = defaults or {}
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
     options = specs.get("options", {})
-    shared = {"gpunode_venv_path"}  # the one variable the roles share by design (docs/design.md)
+    shared = {"gpunode_venv_path", "gpunode_platform_overrides"}  # shared by design (docs/design.md)
     for name in defaults:
         assert name.startswith(role.name + "_") or name in shared, (
             f"{role.name}: {name} lacks the role prefix"
@@ -97,3 +97,30 @@ def test_no_early_exit_reader_under_pipefail():
             if EARLY_EXIT.search(line) and not line.lstrip().startswith("#"):
                 bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert bad == [], "readers that exit early under pipefail:\n" + "\n".join(bad)
+
+
+def _specified_variables() -> set[str]:
+    names: set[str] = set()
+    for role in ROLES:
+        spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+        for entry in spec["argument_specs"].values():
+            names |= set(entry.get("options", {}))
+    return names
+
+
+def test_example_inventory_names_only_real_variables():
+    """Every gpunode_* variable the example inventory shows (commented or not) is one a role reads."""
+    known = _specified_variables() | {
+        # site.yml's fleet controls (documented in its header), not role variables.
+        "gpunode_serial",
+        "gpunode_max_fail_percentage",
+        "gpunode_reboot_serial",
+        "gpunode_scheduler_host",
+        "gpunode_drain_command",
+        "gpunode_drain_wait_command",
+        "gpunode_resume_command",
+        "gpunode_reboot_timeout",
+    }
+    for path in sorted((ROOT / "inventory").rglob("*.yml")):
+        for name in re.findall(r"^#?\s*(gpunode_\w+):", path.read_text(), re.M):
+            assert name in known, f"{path.relative_to(ROOT)} names {name}, which no role or playbook reads"

@@ -24,14 +24,23 @@ def wheels_to_install(wanted, have) -> list:
     return specs
 
 
-def apt_version_pins(items) -> dict:
-    """{'libnccl2 libnccl-dev': '2.28.9-1+cuda12.8*'} for apt preferences, from the system items
-    ({component, names, version, source}) that come from NVIDIA's repo with a version."""
+def apt_version_pins(items, cuda_major="") -> dict:
+    """{'libnccl2 libnccl-dev': '2.28.9-1+cuda12.9*'} for apt preferences, from the system items
+    ({component, names, version, source}) that come from NVIDIA's repo.
+
+    NCCL without a version is still pinned to builds for the CUDA major (`*+cuda12.*`): NVIDIA's repo
+    carries libnccl2 builds for several CUDA majors, and the newest (+cuda13.x) would land beside a 12.x
+    toolkit and torch.
+    """
     pins = {}
     for item in items or []:
-        if item.get("source") == "nvidia" and item.get("version") and item.get("names"):
-            version = str(item["version"])
+        if item.get("source") != "nvidia" or not item.get("names"):
+            continue
+        version = str(item.get("version") or "")
+        if version:
             pins[" ".join(item["names"])] = version if version.endswith("*") else version + "*"
+        elif item.get("component") == "nccl" and str(cuda_major or "").isdigit():
+            pins[" ".join(item["names"])] = f"*+cuda{int(cuda_major)}.*"
     return pins
 
 
