@@ -112,15 +112,6 @@ def load(overrides: Any = None, path: Path | None = None) -> dict[str, Any]:
     return copy.deepcopy(data)
 
 
-def torch_row(data: dict, torch_version: Any) -> dict | None:
-    return data["torch"].get(torch_minor(torch_version))
-
-
-def variant_cuda(data: dict, tag: str) -> str:
-    """'cu130' -> '13.0' for a tag the data knows."""
-    return cuda_normalize(tag)
-
-
 def min_driver(data: dict, cuda: Any, policy: str = "compat") -> str:
     """The oldest Linux driver a CUDA version runs on ('' for cpu or a version not in the data)."""
     norm = cuda_normalize(cuda)
@@ -164,7 +155,7 @@ def os_key(distribution: Any, major: Any) -> str:
 def _variant_fits(data: dict, row: dict, tag: str, gpus: list[dict], driver: str, policy: str) -> list[str]:
     """Why a torch CUDA variant cannot serve this node ([] when it can)."""
     why = []
-    cuda = variant_cuda(data, tag)
+    cuda = cuda_normalize(tag)
     need = min_driver(data, cuda, policy)
     if driver and need and not driver_satisfies(driver, need):
         why.append(f"{tag} needs driver >= {need}")
@@ -269,7 +260,6 @@ def node_plan(
             "(add them under gpus in gpunode_platform_overrides)"
         )
     sms = sorted({g["sm"] for g in found if g["sm"]}, key=vtuple)
-    archs = {data["archs"][g["arch"]]["name"]: g["arch"] for g in found if g["arch"] in data["archs"]}
 
     # Driver: source, branch, version; the branch each GPU needs.
     drv_on = bool(driver.get("enabled", True))
@@ -357,7 +347,7 @@ def node_plan(
             "or gpunode_driver_open_kernel_modules: false where the GPUs allow it"
         )
     # What torch's CUDA build is judged against: the running driver, else what the role will install.
-    judged = installed if installed and not drv_on else (version or branch if drv_on else installed)
+    judged = (version or branch) if drv_on else installed
     plan["driver"] = {
         "enabled": drv_on,
         "source": source,
@@ -457,7 +447,7 @@ def node_plan(
                     + (f": nearest working choice gpunode_pytorch_cuda: {near[0]}" if near else "")
                     + (" (or a newer driver branch)" if "driver" in why_not else "")
                 )
-    cuda_ver = variant_cuda(data, tag) if tag != CPU else CPU
+    cuda_ver = cuda_normalize(tag)
     companions = row.get("companions", {})
     plan["torch"] = {
         "enabled": torch_on,
@@ -526,8 +516,6 @@ def node_plan(
         "nccl": str(libs.get("nccl", "")),
         "min_driver": min_driver(data, want, policy) if want else "",
     }
-    if archs:
-        plan["archs"] = sorted(archs)
     plan["sm"] = sms
     plan["os"].update({"family": family, "python": os_row["python"]["name"]})
     errors[:] = list(dict.fromkeys(errors))
