@@ -110,9 +110,24 @@ def _kill_group(p: subprocess.Popen) -> None:
         p.kill()
 
 
-def kill_by_token(token: str, proc_root: str = "/proc") -> list[int]:
-    """SIGKILL every process whose environment carries ``TOKEN_VAR=token``; their pids."""
+def start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
+    """When a process started (clock ticks since boot, /proc/PID/stat field 22), or None if it is gone."""
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def kill_by_token(token: str, since: int, proc_root: str = "/proc") -> list[int]:
+    """SIGKILL every process of ours started at or after ``since`` (clock ticks since boot) whose environment
+    carries ``TOKEN_VAR=token``; their pids.
+
+    Only those are read: reading a process's environment takes its memory lock, and one stuck in the kernel
+    (D state: a hung mount, a wedged driver) holds that lock for good, so an unfiltered sweep can hang on any
+    process of the node. /proc/PID/stat and the owner of /proc/PID need no such lock."""
     needle = f"{TOKEN_VAR}={token}".encode()
+    uid = os.geteuid()
     killed = []
     try:
         pids = [int(d) for d in os.listdir(proc_root) if d.isdigit()]
@@ -120,6 +135,14 @@ def kill_by_token(token: str, proc_root: str = "/proc") -> list[int]:
         return killed
     for pid in pids:
         if pid == os.getpid():
+            continue
+        try:
+            if os.stat(f"{proc_root}/{pid}").st_uid != uid:
+                continue
+        except OSError:
+            continue
+        started = start_ticks(pid, proc_root)
+        if started is None or started < since:
             continue
         try:
             with open(f"{proc_root}/{pid}/environ", "rb") as f:
@@ -214,6 +237,7 @@ def run_children(
     start = time.monotonic()
     deadline = start + timeout
     procs: list[subprocess.Popen | None] = []
+    since: int | None = None  # when the first child started: what carries the token started no earlier
     files = []
     spawn_errors: list[str | None] = []
     stack = contextlib.ExitStack()
@@ -233,6 +257,8 @@ def run_children(
             )
             procs.append(p)
             spawn_errors.append(None)
+            if since is None:
+                since = start_ticks(p.pid)
         except OSError as exc:
             procs.append(None)
             spawn_errors.append(f"could not start {argv[0]}: {exc}")
@@ -301,7 +327,8 @@ def run_children(
                 _kill_group(p)
                 with contextlib.suppress(Exception):
                     p.wait(KILL_WAIT_S)
-        kill_by_token(token)
+        if since is not None:
+            kill_by_token(token, since)
         stack.close()
 
 

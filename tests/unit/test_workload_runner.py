@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -116,7 +118,7 @@ def test_a_grandchild_in_a_session_of_its_own_is_killed_too(tmp_path, hang):
 def test_a_child_that_survives_sigkill_is_left_behind_not_waited_for(tmp_path, monkeypatch):
     # Stand-in for a process stuck in the kernel (D state, wedged driver): make the kill a no-op.
     monkeypatch.setattr(runner, "_kill_group", lambda p: None)
-    monkeypatch.setattr(runner, "kill_by_token", lambda token: [])
+    monkeypatch.setattr(runner, "kill_by_token", lambda token, since: [])
     monkeypatch.setattr(runner, "KILL_WAIT_S", 0.2)
     pidfile = tmp_path / "pid"
     argv = script(
@@ -130,6 +132,49 @@ def test_a_child_that_survives_sigkill_is_left_behind_not_waited_for(tmp_path, m
     finally:
         if pidfile.exists():
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def test_the_token_sweep_reads_only_our_processes_born_during_the_run(tmp_path):
+    """A process stuck in the kernel blocks any reader of its environment; the sweep must not touch one that
+    predates the run or is another user's. Their environ here is a FIFO: opening it would block."""
+    import threading
+
+    token = "t0k3n"
+    proc = tmp_path / "proc"
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        since = runner.start_ticks(worker.pid)
+        assert since is not None
+        mine = proc / str(worker.pid)
+        mine.mkdir(parents=True)
+        (mine / "stat").write_bytes(Path(f"/proc/{worker.pid}/stat").read_bytes())
+        (mine / "environ").write_bytes(f"A=1\0{runner.TOKEN_VAR}={token}\0".encode())
+        for pid, started, uid in ((999_999_991, since - 1, os.geteuid()), (999_999_992, since, 65534)):
+            d = proc / str(pid)
+            d.mkdir()
+            (d / "stat").write_text(f"{pid} (stuck) D {' '.join(['0'] * 18)} {started} 0 0\n")
+            os.mkfifo(d / "environ")
+            if uid != os.geteuid():
+                if os.geteuid() != 0:
+                    continue
+                os.chown(d, uid, uid)
+        got: list = []
+        t = threading.Thread(
+            target=lambda: got.append(runner.kill_by_token(token, since, str(proc))), daemon=True
+        )
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), "the sweep opened the environment of a process it must leave alone"
+        assert got == [[worker.pid]]
+        assert worker.wait(5) == -signal.SIGKILL
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_start_ticks_of_a_process_that_is_gone_is_none():
+    assert runner.start_ticks(999_999_999) is None
+    assert runner.start_ticks(os.getpid()) == runner.start_ticks(os.getpid()) > 0
 
 
 def test_crashing_child_gives_an_error_with_the_stderr_tail(tmp_path):
