@@ -57,6 +57,20 @@ def test_apt_version_pins_only_for_nvidia_items_with_versions():
     }
 
 
+def test_dnf_specs_hold_unversioned_nvidia_nccl_to_the_cuda_major():
+    nccl = {"component": "nccl", "source": "nvidia", "version": "", "names": ["libnccl", "libnccl-devel"]}
+    # NEVR form: name, any version, a release built for CUDA 12 (NVIDIA's release field is 1+cuda12.9).
+    assert cp.dnf_specs(nccl, "12") == ["libnccl-*-*+cuda12.*", "libnccl-devel-*-*+cuda12.*"]
+    assert cp.dnf_specs({**nccl, "version": "2.27.3-1+cuda12.9"}, "12") == [
+        "libnccl-2.27.3-1+cuda12.9",
+        "libnccl-devel-2.27.3-1+cuda12.9",
+    ]
+    # No major known: the plain names (the plan always gives one; this is the degraded case).
+    assert cp.dnf_specs(nccl, "") == ["libnccl", "libnccl-devel"]
+    cudnn = {"component": "cudnn", "source": "nvidia", "version": "", "names": ["libcudnn9-cuda-12"]}
+    assert cp.dnf_specs(cudnn, "12") == ["libcudnn9-cuda-12"]
+
+
 @pytest.mark.parametrize(
     ("cuda", "suffix"), [("12.8", "cu12"), ("13.0", "cu13"), ("11.8", "cu11"), (12.6, "cu12")]
 )

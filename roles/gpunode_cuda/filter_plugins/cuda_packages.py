@@ -44,6 +44,19 @@ def apt_version_pins(items, cuda_major="") -> dict:
     return pins
 
 
+def dnf_specs(item, cuda_major="") -> list:
+    """dnf specs for one system item ({component, names, version, source}): `name-version` when a version is
+    set; NCCL from NVIDIA's repo without one is held to builds for the CUDA major (`libnccl-*-*+cuda12.*`, the
+    same rule as apt_version_pins: the repo's newest libnccl is built for another major)."""
+    names = [str(n) for n in item.get("names") or []]
+    version = str(item.get("version") or "")
+    if version:
+        return [f"{n}-{version}" for n in names]
+    if item.get("source") == "nvidia" and item.get("component") == "nccl" and str(cuda_major or "").isdigit():
+        return [f"{n}-*-*+cuda{int(cuda_major)}.*" for n in names]
+    return names
+
+
 def system_versions(items, packages) -> dict:
     """{component: installed version of its first package or ''} from package_facts' packages."""
     out = {}
@@ -69,6 +82,7 @@ class FilterModule:
         return {
             "gpunode_wheels_to_install": wheels_to_install,
             "gpunode_apt_version_pins": apt_version_pins,
+            "gpunode_dnf_specs": dnf_specs,
             "gpunode_wheel_suffix": wheel_suffix,
             "gpunode_system_versions": system_versions,
         }
