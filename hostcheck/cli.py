@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
+from hostcheck.argtypes import duration, seconds
 from hostcheck.registry import Check, Result, all_checks, run_checks, select
 from hostcheck.score import FAIL_LEVELS, Verdict, verdict
 from hostcheck.workload.runner import python_arg
@@ -85,22 +86,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--env-file", metavar="PATH", help="training environment file (default: /etc/gpunode/training.env)"
     )
     env.add_argument(
-        "--timeout", type=float, default=30.0, metavar="S", help="per-check timeout (default 30)"
+        "--timeout", type=seconds, default=30.0, metavar="S", help="per-check timeout (default 30)"
     )
     env.add_argument(
         "--torch-timeout",
-        type=float,
+        type=seconds,
         default=90.0,
         metavar="S",
         help="timeout of the torch probe (default 90)",
     )
     wl = p.add_argument_group("workload")
     wl.add_argument(
-        "--burn", type=float, default=0.0, metavar="SECONDS", help="add a matmul stress run of this length"
+        "--burn", type=duration, default=0.0, metavar="SECONDS", help="add a matmul stress run of this length"
     )
     wl.add_argument(
         "--workload-timeout",
-        type=float,
+        type=seconds,
         default=180.0,
         metavar="S",
         help="hard limit of the workload probe process (default 180)",
@@ -207,8 +208,6 @@ def _main(argv: list[str] | None) -> int:
         raise _UsageError("--nnodes takes N or MIN:MAX, e.g. 3 or 2:4")
     if args.rdzv_endpoint and not re.fullmatch(r"[^\s:]+:[0-9]{1,5}", args.rdzv_endpoint):
         raise _UsageError("--rdzv-endpoint takes HOST:PORT")
-    if args.burn < 0 or args.workload_timeout <= 0:
-        raise _UsageError("--burn must be >= 0 and --workload-timeout > 0")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
         raise _UsageError("--nproc-per-node must be >= 1")
     if args.quick and (args.burn or args.nnodes):
@@ -216,12 +215,11 @@ def _main(argv: list[str] | None) -> int:
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         print(f"hostcheck: error: --python {args.python}: not an executable file", file=sys.stderr)
         return EXIT_USAGE
-    for path in (args.prometheus, args.junit):
-        if path and not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
-            print(
-                f"hostcheck: error: cannot write {path} (directory missing or not writable)", file=sys.stderr
-            )
-            return EXIT_USAGE
+    from hostcheck.outfile import paths_error
+
+    bad_path = paths_error([("--prometheus", args.prometheus), ("--junit", args.junit)])
+    if bad_path:
+        raise _UsageError(bad_path)
 
     from hostcheck.gather import EXTRA_GATHERERS, GATHERERS, Options, gather
     from hostcheck.report import now_iso
@@ -248,16 +246,17 @@ def _main(argv: list[str] | None) -> int:
 
 
 def emit(report: Any, args: argparse.Namespace) -> int:
+    from hostcheck.outfile import write_report
     from hostcheck.render.json import render_json
     from hostcheck.render.junit import render_junit
-    from hostcheck.render.prometheus import render_prometheus, write_atomic
+    from hostcheck.render.prometheus import render_prometheus
     from hostcheck.render.text import render_text
 
     try:
         if args.prometheus:
-            write_atomic(args.prometheus, render_prometheus(report))
+            write_report(args.prometheus, render_prometheus(report))
         if args.junit:
-            write_atomic(args.junit, render_junit(report))
+            write_report(args.junit, render_junit(report))
     except OSError as exc:
         print(f"hostcheck: error: writing a report file: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -16,6 +16,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from hostcheck.argtypes import seconds
 from hostcheck.cli import EXIT_USAGE, _Parser, _split, _UsageError
 from hostcheck.workload.runner import python_arg
 
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     env.add_argument("--facts-dir", default="/etc/ansible/facts.d", metavar="DIR", help="Ansible local facts")
     env.add_argument(
-        "--timeout", type=float, default=120.0, metavar="S", help="hard limit of one run (default 120)"
+        "--timeout", type=seconds, default=120.0, metavar="S", help="hard limit of one run (default 120)"
     )
     env.add_argument(
         "--workdir", metavar="DIR", help="images and wheel overlays (default ~/.cache/hostcheck/bench)"
@@ -139,11 +140,6 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _writable(path: str | None, flag: str) -> None:
-    if path and not os.access(os.path.dirname(os.path.abspath(path)) or ".", os.W_OK):
-        raise _UsageError(f"{flag} {path}: directory missing or not writable")
-
-
 def validate(args: argparse.Namespace) -> argparse.Namespace:
     """Fill the --quick defaults and reject bad input (raises _UsageError)."""
     from hostcheck.bench.plan import SHM_SIZE_RE, TUNINGS, shm_size_bytes
@@ -159,8 +155,6 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
         raise _UsageError("--warmup-pairs must be >= 0")
     if args.images < 1 or args.batch < 1:
         raise _UsageError("--images and --batch must be >= 1")
-    if args.timeout <= 0:
-        raise _UsageError("--timeout must be > 0")
     args.only, args.skip = tuple(_split(args.only)), tuple(_split(args.skip))
     unknown = [n for n in args.only + args.skip if n not in TUNINGS]
     if unknown:
@@ -184,9 +178,11 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
     ):
         if path and not os.path.exists(path):
             raise _UsageError(f"{flag} {path}: no such file or folder")
-    _writable(args.json, "--json")
-    _writable(args.png, "--png")
-    _writable(args.advice_file, "--advice-file")
+    from hostcheck.outfile import paths_error
+
+    bad_path = paths_error([("--json", args.json), ("--png", args.png), ("--advice-file", args.advice_file)])
+    if bad_path:
+        raise _UsageError(bad_path)
     if args.advice_file:
         args.apply_advice = True
     return args
@@ -460,9 +456,9 @@ def _emit(args, setup: _Setup, plan, bench, adv, doc: dict[str, Any], when: str)
 
 
 def _write(path: str, text: str) -> None:
-    from hostcheck.render.prometheus import write_atomic
+    from hostcheck.outfile import write_report
 
-    write_atomic(path, text)
+    write_report(path, text)
 
 
 def _system() -> dict[str, Any]:

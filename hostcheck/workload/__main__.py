@@ -8,6 +8,7 @@ import json
 import sys
 import time
 
+from hostcheck.argtypes import duration, seconds
 from hostcheck.workload.api import (
     DEFAULT_SECTIONS,
     MultiNode,
@@ -26,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         "--python", default=sys.executable, type=python_arg, help="the training Python (default: this one)"
     )
     ap.add_argument("--quick", action="store_true", help="run no workload (every check skipped)")
-    ap.add_argument("--burn", type=float, default=0.0, metavar="SECONDS", help="add a matmul stress run")
+    ap.add_argument("--burn", type=duration, default=0.0, metavar="SECONDS", help="add a matmul stress run")
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    ap.add_argument("--timeout", type=float, default=180.0, help="hard limit for the probe process, s")
+    ap.add_argument("--timeout", type=seconds, default=180.0, help="hard limit for the probe process, s")
     ap.add_argument("--nnodes", help="multi-node DDP through torchrun (with --rdzv-endpoint)")
     ap.add_argument("--rdzv-endpoint", help="HOST:PORT of the c10d rendezvous, the same on every node")
     ap.add_argument("--rdzv-id", default="hostcheck")

@@ -327,3 +327,90 @@ def test_workload_options_reach_the_gatherers(use_scenario, capsys):
     o = seen["options"]
     assert (o.nnodes, o.rdzv_endpoint, o.burn) == ("2:4", "n1:29400", 5.0)
     assert "workload" in seen["needs"]
+
+
+@pytest.mark.parametrize("flag", ["--timeout", "--torch-timeout", "--workload-timeout", "--burn"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5", "1e400", "1e9", "soon"])
+def test_numeric_options_must_be_finite_and_in_range(flag, value, use_scenario, capsys):
+    gathered = use_scenario("healthy_8x_h100")
+    assert cli.main(["--quick" if flag != "--burn" else "--json", f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and "Traceback" not in err
+    assert "options" not in gathered, "the run started before the option was checked"
+
+
+def test_zero_is_a_time_limit_only_for_burn(use_scenario, capsys):
+    use_scenario("healthy_8x_h100")
+    assert cli.main(["--quick", "--timeout", "0"]) == 2
+    capsys.readouterr()
+
+
+def _fifo(tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda p: p / "a-folder", "is a folder"),
+        (lambda p: p / "no-such-dir" / "x.prom", "its folder does not exist"),
+        (lambda p: p / "link.prom", "symbolic link"),
+        (lambda p: "", "empty path"),
+    ],
+)
+def test_report_paths_that_cannot_take_a_report_are_refused_before_the_run(
+    make, needle, use_scenario, tmp_path, capsys
+):
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "target").write_text("keep me")
+    (tmp_path / "link.prom").symlink_to(tmp_path / "target")
+    gathered = use_scenario("healthy_8x_h100")
+    assert cli.main(["--quick", "--junit", str(make(tmp_path))]) == 2
+    assert needle in capsys.readouterr().err
+    assert "options" not in gathered
+    assert (tmp_path / "target").read_text() == "keep me" and (tmp_path / "link.prom").is_symlink()
+
+
+def test_one_path_for_two_reports_is_refused(use_scenario, tmp_path, capsys):
+    use_scenario("healthy_8x_h100")
+    out = tmp_path / "out"
+    assert cli.main(["--quick", "--prometheus", str(out), "--junit", str(tmp_path / "." / "out")]) == 2
+    assert "name the same file" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_character_device_is_written_in_place_never_replaced(use_scenario, capsys):
+    """`--junit /dev/full` as root once turned /dev/full into a regular file."""
+    import stat
+
+    use_scenario("healthy_8x_h100")
+    assert cli.main(["--quick", "--junit", "/dev/full"]) == 2  # ENOSPC: the report could not be written
+    assert "writing a report file" in capsys.readouterr().err
+    assert stat.S_ISCHR(os.lstat("/dev/full").st_mode)
+    assert cli.main(["--quick", "--prometheus", "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
+    capsys.readouterr()
+
+
+def test_a_fifo_gets_the_report_when_read_and_an_error_when_nobody_reads(use_scenario, tmp_path, capsys):
+    import fcntl
+    import stat
+
+    use_scenario("healthy_8x_h100")
+    fifo = _fifo(tmp_path)
+    # Nobody reading: an error at once, not a hang.
+    assert cli.main(["--quick", "--prometheus", str(fifo)]) == 2
+    assert "writing a report file" in capsys.readouterr().err
+    # A reader (a collector) holds it open: the report goes through the FIFO, which stays a FIFO.
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # room for the whole report: the writer never waits
+        assert cli.main(["--quick", "--prometheus", str(fifo)]) == 0
+        data = b""
+        while chunk := os.read(fd, 1 << 20):
+            data += chunk
+    finally:
+        os.close(fd)
+    assert b"hostcheck_score" in data and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    capsys.readouterr()
