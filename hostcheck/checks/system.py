@@ -73,10 +73,11 @@ def python_version(s: Any) -> Outcome:
 def local_facts(s: Any) -> Outcome:
     f = s.facts
     found = sorted(f.roles)
-    if f.errors:
-        bad = "; ".join(u.reason for u in f.errors.values())
+    if f.errors or f.invalid:
+        bad = "; ".join([*(u.reason for u in f.errors.values()), *f.invalid])
+        what = "unreadable local facts" if f.errors else "wrong values in local facts (ignored)"
         return warned(
-            f"unreadable local facts: {bad}",
+            f"{what}: {bad}",
             value=", ".join(found) or None,
             hint="re-run " + fixes.PLAYBOOK + " to rewrite them (executable .fact scripts are not read)",
         )

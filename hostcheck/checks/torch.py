@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from hostcheck import fixes, platform
+from hostcheck.gather.base import CRASHED
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
 
@@ -14,7 +15,7 @@ def probe_unavailable(s: Any) -> Outcome | None:
     """A skip when the training Python could not be probed at all (shared with the tuning checks)."""
     t = s.torch
     if t is None:
-        return skipped("training Python not probed")
+        return errored("the training Python was not probed (the torch gatherer did not run)")
     if t.error is not None:
         return skipped(f"training Python not probed: {t.error.reason} (see torch.E001)")
     return None
@@ -83,9 +84,13 @@ def _driver_fix(s: Any) -> str:
 def torch_installed(s: Any) -> Outcome:
     t = s.torch
     if t is None:
-        return skipped("training Python not probed")
+        return errored("the training Python was not probed (the torch gatherer did not run)")
     if t.error is not None:
         hint = "pass --python PATH to the training venv's python, or " + fixes.rerun(fixes.PYTORCH, "pytorch")
+        if t.error.kind == CRASHED:
+            return errored(
+                t.error.reason, hint="hostcheck's own gathering failed: run with --debug and report it"
+            )
         if t.error.kind == "timeout":
             return errored(t.error.reason, hint="a hung CUDA init: check dmesg for NVRM/Xid errors; " + hint)
         return failed(t.error.reason, hint=hint)

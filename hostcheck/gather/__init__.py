@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hostcheck.gather.base import TIMEOUT, Unavailable
+from hostcheck.gather.base import CRASHED, TIMEOUT, Unavailable
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
 from hostcheck.gather.system import SystemSnapshot, gather_system
@@ -85,7 +85,7 @@ def _timed(
     if not finished:
         return fallback(Unavailable(TIMEOUT, f"gathering {name} did not finish in {timeout:g} s"))
     if isinstance(value, BaseException):
-        return fallback(Unavailable("error", f"gathering {name} failed: {type(value).__name__}: {value}"))
+        return fallback(Unavailable(CRASHED, f"gathering {name} failed: {type(value).__name__}: {value}"))
     return value
 
 
@@ -99,13 +99,21 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     results: dict[str, Any] = {}
 
     def do_torch() -> None:
-        python, source = choose_python(options.python, facts)
-        tuning_env = gather_tuning_env(env_file)
+        chosen: dict[str, str] = {}
+
+        def probe() -> TorchSnapshot:
+            chosen["python"], chosen["source"] = choose_python(options.python, facts)
+            tuning_env = gather_tuning_env(env_file)
+            return gather_torch(chosen["python"], chosen["source"], tuning_env, options.torch_timeout_s)
+
+        # Whatever goes wrong, even before the probe starts, is the torch result's error: its checks say ERROR.
         results["torch"] = _timed(
             "torch",
-            lambda: gather_torch(python, source, tuning_env, options.torch_timeout_s),
+            probe,
             options.torch_timeout_s + 5,
-            lambda u: TorchSnapshot(python=python, python_source=source, error=u),
+            lambda u: TorchSnapshot(
+                python=chosen.get("python", ""), python_source=chosen.get("source", ""), error=u
+            ),
             timings,
         )
 
@@ -147,6 +155,8 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         )
     for t in threads:
         t.join(options.torch_timeout_s + 10)
+    if "torch" in needs and "torch" not in results:  # the thread itself never came back
+        results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))
     results["facts"] = facts
     for t in extra_threads:
         t.join()  # each gatherer is bounded by its own _timed timeout

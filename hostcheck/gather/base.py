@@ -27,6 +27,8 @@ GPU_LOST = "gpu_lost"
 TIMEOUT = "timeout"
 NOT_FOUND = "not_found"
 ERROR = "error"
+#: hostcheck's own gathering code raised: a defect or a hostile input, never a verdict on the node.
+CRASHED = "crashed"
 
 
 def is_missing(v: Any) -> bool:
