@@ -322,6 +322,8 @@ def threads(s: Any) -> Outcome:
             **{k: kw[k] for k in ("expected",)},
         )
     kw["value"] = n
+    if n < 1:
+        return failed(f"OMP_NUM_THREADS={n} is not a thread count (OpenMP wants 1 or more)", hint=hint, **kw)
     if _as_int(intent) and _as_int(intent) != n:
         return failed(
             f"OMP_NUM_THREADS={n} but gpunode_tuning set {intent}",
@@ -478,4 +480,10 @@ def env_file(s: Any) -> Outcome:
             hint=fixes.ENV_FILE,
         )
     keys = ", ".join(sorted(env)) or "no keys"
+    if s.tuning.env_problems:
+        return failed(
+            f"{path}: {'; '.join(s.tuning.env_problems)} (left out of every check and child)",
+            value=keys,
+            hint=fixes.ENV_FILE,
+        )
     return passed(f"{path}: {keys}", value=keys)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import resource
 import shutil
 from collections import Counter
@@ -52,23 +53,47 @@ class TuningSnapshot:
     #: hostcheck's own (soft, hard) limits; -1 = unlimited. The training Python's are in the torch probe.
     rlimits: dict[str, tuple[int, int]] = field(default_factory=dict)
     services: tuple[ServiceState, ...] | Unavailable = ()
+    #: What is wrong in the environment file (its bad lines are left out of ``env``).
+    env_problems: tuple[str, ...] = ()
 
 
-def parse_env_file(text: str) -> dict[str, str]:
-    """systemd EnvironmentFile= syntax: KEY=value, # comments, optional quotes; a leading 'export' tolerated."""
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_file_entries(text: str) -> tuple[dict[str, str], list[str]]:
+    """systemd EnvironmentFile= syntax: KEY=value, # comments, optional quotes; a leading 'export' tolerated.
+
+    Returns the usable entries and what was wrong with the others (line number and why): a key that is not a
+    variable name, a NUL byte (no process environment can carry one), a line that is not KEY=value. Bad lines
+    are left out, so a child is never started with them."""
     out: dict[str, str] = {}
-    for raw in text.splitlines():
+    problems: list[str] = []
+    for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith(("#", ";")) or "=" not in line:
+        if not line or line.startswith(("#", ";")):
+            continue
+        if "\0" in line:
+            problems.append(f"line {n}: a NUL byte")
             continue
         if line.startswith("export "):
             line = line[len("export ") :].strip()
+        if "=" not in line:
+            problems.append(f"line {n}: not KEY=value")
+            continue
         k, v = line.split("=", 1)
-        v = v.strip()
+        k, v = k.strip(), v.strip()
+        if not _ENV_KEY.fullmatch(k):
+            problems.append(f"line {n}: {k[:40]!r} is not a variable name")
+            continue
         if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
             v = v[1:-1]
-        out[k.strip()] = v
-    return out
+        out[k] = v
+    return out, problems
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """The usable entries of an environment file (env_file_entries without the problems)."""
+    return env_file_entries(text)[0]
 
 
 def parse_thp(text: str) -> str:
@@ -125,7 +150,10 @@ def gather_tuning(
     runner: Runner = run_cmd,
 ) -> TuningSnapshot:
     env_text = read_text(env_file)
-    env: dict[str, str] | Unavailable = parse_env_file(env_text) if isinstance(env_text, str) else env_text
+    env: dict[str, str] | Unavailable = env_text if isinstance(env_text, Unavailable) else {}
+    env_problems: list[str] = []
+    if isinstance(env_text, str):
+        env, env_problems = env_file_entries(env_text)
     govs: Counter[str] = Counter()
     for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"):
         g = read_text(p)
@@ -140,6 +168,7 @@ def gather_tuning(
         shm_bytes=shm_size(),
         env_file=env_file,
         env=env,
+        env_problems=tuple(env_problems),
         allocator_libs=find_allocator_libs(),
         numactl=shutil.which("numactl"),
         governors=dict(govs)

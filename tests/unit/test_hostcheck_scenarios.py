@@ -365,6 +365,35 @@ def test_missing_env_file_recorded_by_role_fails():
     assert results["tuning.E011"].status == Status.FAIL
 
 
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_thread_count_below_one_is_not_ready(value):
+    """OMP_NUM_THREADS=0 and -1 once passed as ready."""
+    probe = S.h100_probe(env={"LD_PRELOAD": S.TCMALLOC, "OMP_NUM_THREADS": value})
+    results, _ = judge(S.make_snapshot(probe=probe))
+    r = results["tuning.E005"]
+    assert r.status == Status.FAIL and "not a thread count" in r.message
+
+
+def test_env_file_problems_fail_e011_and_the_bad_lines_are_left_out():
+    from hostcheck.gather.tuning import env_file_entries
+
+    text = (
+        "# gpunode\nOMP_NUM_THREADS=14\nBAD\0=1\nMALLOC_CONF=a\0b\n1X=2\nexport KMP_BLOCKTIME=0\njust words\n"
+    )
+    env, problems = env_file_entries(text)
+    assert env == {"OMP_NUM_THREADS": "14", "KMP_BLOCKTIME": "0"}
+    assert problems == [
+        "line 3: a NUL byte",
+        "line 4: a NUL byte",
+        "line 5: '1X' is not a variable name",
+        "line 7: not KEY=value",
+    ]
+    tuning = S.h100_tuning(env=env, env_problems=tuple(problems))
+    results, _ = judge(S.make_snapshot(tuning=tuning))
+    r = results["tuning.E011"]
+    assert r.status == Status.FAIL and "line 3: a NUL byte" in r.message
+
+
 def test_no_nvml_python_module_with_driver_is_error():
     def loader():
         raise ImportError("No module named 'pynvml'")
