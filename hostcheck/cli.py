@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -25,6 +26,18 @@ EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 
 class _UsageError(Exception):
     pass
+
+
+class _Signalled(BaseException):
+    """SIGINT or SIGTERM arrived: the run ends, its children with it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, frame: Any) -> None:
+    raise _Signalled(signum)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,6 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         from hostcheck.bench.cli import main as bench_main
 
         return bench_main(args[1:])
+    from hostcheck.workload.runner import reopen
+
+    reopen()
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, _raise_signalled)
+        except ValueError:  # not the main thread (tests): leave the signals alone
+            break
     try:
         return _main(argv)
     except _UsageError as exc:
@@ -159,9 +181,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else EXIT_READY
-    except KeyboardInterrupt:
-        print("hostcheck: interrupted", file=sys.stderr)
-        return EXIT_USAGE
+    except (_Signalled, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
+        # The gatherers' threads may never get to clean up: every running child is killed from here.
+        from hostcheck.workload.runner import kill_all
+
+        killed = kill_all()
+        name = signal.Signals(signum).name
+        print(
+            f"hostcheck: interrupted by {name}; {killed} child process(es) killed, no report", file=sys.stderr
+        )
+        return 128 + signum
     except Exception as exc:
         if "--debug" in (argv if argv is not None else sys.argv):
             traceback.print_exc()
@@ -169,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
             f"hostcheck: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", file=sys.stderr
         )
         return EXIT_USAGE
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _main(argv: list[str] | None) -> int:

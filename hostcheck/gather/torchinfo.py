@@ -7,11 +7,8 @@ killed by the timeout instead of hanging the report.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,48 +85,37 @@ def gather_torch(
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if not with_torch:
         env["HOSTCHECK_PROBE_NO_TORCH"] = "1"
-    start = time.monotonic()
-    try:
-        p = subprocess.run(
-            [python, "-c", probe_source()],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            cwd="/",
-            check=False,
-            errors="replace",
+    from hostcheck.workload.runner import run_child
+
+    # The one launcher: its own session, killed with its group at the deadline, swept on SIGINT/SIGTERM.
+    run = run_child([python, "-c", probe_source()], timeout_s, name="torch probe", env=env, marker=MARKER)
+    return probe_snapshot(run, python, python_source, timeout_s)
+
+
+def probe_snapshot(run: Any, python: str, python_source: str = "", timeout_s: float = 0.0) -> TorchSnapshot:
+    """The probe's last record, or why there is none (``run``: a ProbeRun of hostcheck.workload.runner)."""
+    from hostcheck.workload.runner import describe_rc
+
+    if run.records:
+        return TorchSnapshot(
+            python=python, python_source=python_source, data=run.records[-1], wall_s=run.wall_s
         )
-    except subprocess.TimeoutExpired:
+    if run.timed_out:
         return TorchSnapshot(
             python=python,
             python_source=python_source,
             error=Unavailable(
                 TIMEOUT, f"probe in {python} did not finish in {timeout_s:g} s (hung CUDA init?)"
             ),
-            wall_s=time.monotonic() - start,
+            wall_s=run.wall_s,
         )
-    except OSError as exc:
-        return TorchSnapshot(python=python, python_source=python_source, error=Unavailable(ERROR, str(exc)))
-    wall = time.monotonic() - start
-    return parse_probe_output(p.returncode, p.stdout, p.stderr, python, python_source, wall)
-
-
-def parse_probe_output(
-    rc: int, stdout: str, stderr: str, python: str, python_source: str = "", wall_s: float = 0.0
-) -> TorchSnapshot:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                data = json.loads(line[len(MARKER) :])
-            except ValueError:
-                break
-            return TorchSnapshot(python=python, python_source=python_source, data=data, wall_s=wall_s)
-    tail = (stderr.strip().splitlines() or [f"exit {rc}"])[-1][:300]
+    said = [ln for ln in run.stderr_tail.strip().splitlines() if ln.strip()]
+    tail = (said[-1] if said else run.error or "no output")[:300]
     kind = NOT_INSTALLED if "No module named" in tail else ERROR
+    how = describe_rc(run.rc) if run.rc is not None else "not started"
     return TorchSnapshot(
         python=python,
         python_source=python_source,
-        error=Unavailable(kind, f"probe in {python} failed (exit {rc}): {tail}"),
-        wall_s=wall_s,
+        error=Unavailable(kind, f"probe in {python} failed ({how}): {tail}"),
+        wall_s=run.wall_s,
     )

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -73,14 +74,14 @@ def tail(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
     return out[-chars:]
 
 
-def parse_records(stdout: str) -> tuple[list[dict], str | None]:
+def parse_records(stdout: str, marker: str = MARKER) -> tuple[list[dict], str | None]:
     """Every marker line as a dict, and an error when a marker line is not a JSON object."""
     records: list[dict] = []
     bad: str | None = None
     for line in stdout.splitlines():
-        if not line.startswith(MARKER):
+        if not line.startswith(marker):
             continue
-        payload = line[len(MARKER) :]
+        payload = line[len(marker) :]
         try:
             rec = json.loads(payload)
         except ValueError as exc:
@@ -162,8 +163,10 @@ def _read(f) -> str:
     return f.read().decode("utf-8", "replace")
 
 
-def _outcome(name: str, rc: int | None, timed_out: bool, timeout: float, out: str, err: str, wall: float):
-    records, bad = parse_records(out)
+def _outcome(
+    name: str, rc: int | None, timed_out: bool, timeout: float, out: str, err: str, wall: float, marker: str
+):
+    records, bad = parse_records(out, marker)
     error: str | None = None
     if timed_out:
         error = f"timed out after {timeout:g} s and was killed"
@@ -208,15 +211,63 @@ def child_env(env_overrides: dict | None = None) -> dict[str, str]:
     return env
 
 
+#: Every launch still running: token -> (its children, when the first started). A signal handler ends them all.
+_LIVE: dict[str, tuple[list[subprocess.Popen], int | None]] = {}
+_LIVE_LOCK = threading.Lock()
+#: Set by kill_all: a thread still running a suite must not start the next child after the run was ended.
+_CLOSED = threading.Event()
+
+
+def reopen() -> None:
+    """Allow launches again (a new run in the same process: the CLI's main, tests)."""
+    _CLOSED.clear()
+
+
+def _register(token: str, p: subprocess.Popen, since: int | None) -> bool:
+    """Track a started child; False (and the child killed) when the launcher was closed meanwhile."""
+    with _LIVE_LOCK:
+        if _CLOSED.is_set():
+            _kill_group(p)
+            return False
+        procs, first = _LIVE.get(token, ([], since))
+        procs.append(p)
+        _LIVE[token] = (procs, first)
+        return True
+
+
+def _unregister(token: str) -> None:
+    with _LIVE_LOCK:
+        _LIVE.pop(token, None)
+
+
+def kill_all() -> int:
+    """SIGKILL every running launch (its process groups, then what carries its token); how many processes
+    were signalled. For SIGINT/SIGTERM: the launches' own threads may never get to clean up."""
+    with _LIVE_LOCK:
+        _CLOSED.set()
+        live = list(_LIVE.items())
+        _LIVE.clear()
+    n = 0
+    for token, (procs, since) in live:
+        for p in procs:
+            if p.poll() is None:
+                _kill_group(p)
+                n += 1
+        if since is not None:
+            n += len(kill_by_token(token, since))
+    return n
+
+
 def run_child(
     argv: Sequence[str],
     timeout: float,
     name: str = "",
     env: dict | None = None,
     cwd: str | None = None,
+    marker: str = MARKER,
 ) -> ProbeRun:
     """Run argv in a new process group; kill the group at ``timeout`` seconds."""
-    return run_children([list(argv)], timeout, name=name, envs=[env], cwd=cwd)[0]
+    return run_children([list(argv)], timeout, name=name, envs=[env], cwd=cwd, marker=marker)[0]
 
 
 def run_children(
@@ -226,6 +277,7 @@ def run_children(
     envs: Sequence[dict | None] | None = None,
     cwd: str | None = None,
     grace_after_failure: float = 10.0,
+    marker: str = MARKER,
 ) -> list[ProbeRun]:
     """Run several children together (e.g. one per rank) under one deadline.
 
@@ -233,6 +285,8 @@ def run_children(
     that crashed leaves its peers hung in a collective.
     """
     envs = list(envs) if envs is not None else [None] * len(argvs)
+    if _CLOSED.is_set():
+        return [ProbeRun(name=name, error="not started: the run was interrupted") for _ in argvs]
     token = uuid.uuid4().hex
     start = time.monotonic()
     deadline = start + timeout
@@ -259,6 +313,8 @@ def run_children(
             spawn_errors.append(None)
             if since is None:
                 since = start_ticks(p.pid)
+            if not _register(token, p, since):
+                spawn_errors[-1] = "not started: the run was interrupted"
         except OSError as exc:
             procs.append(None)
             spawn_errors.append(f"could not start {argv[0]}: {exc}")
@@ -310,7 +366,7 @@ def run_children(
                 runs.append(ProbeRun(name=nm, error=spawn_errors[i]))
                 continue
             wall = (ends[i] or time.monotonic()) - start
-            run = _outcome(nm, p.returncode, timed_out[i], timeout, _read(fo), _read(fe), wall)
+            run = _outcome(nm, p.returncode, timed_out[i], timeout, _read(fo), _read(fe), wall, marker)
             if timed_out[i] and peer_failed and wall < timeout:
                 run = replace(run, error=f"killed {grace_after_failure:g} s after a peer process failed")
             if unkillable[i]:
@@ -329,6 +385,7 @@ def run_children(
                     p.wait(KILL_WAIT_S)
         if since is not None:
             kill_by_token(token, since)
+        _unregister(token)
         stack.close()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -414,3 +416,56 @@ def test_a_fifo_gets_the_report_when_read_and_an_error_when_nobody_reads(use_sce
         os.close(fd)
     assert b"hostcheck_score" in data and stat.S_ISFIFO(os.lstat(fifo).st_mode)
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_ends_the_run_and_every_child_with_it(tmp_path, sig, code):
+    """A hung probe with a grandchild in a session of its own: both gone a second after the signal."""
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo $$ > {tmp_path}/probe.pid\n"
+        f"setsid sleep 300 & echo $! > {tmp_path}/grandchild.pid\n"
+        "exec sleep 300\n"
+    )
+    fake.chmod(0o755)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hostcheck",
+            "--only",
+            "torch.E001",
+            "--python",
+            str(fake),
+            "--facts-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        pidfiles = [tmp_path / "probe.pid", tmp_path / "grandchild.pid"]
+        while not all(f.exists() and f.read_text().strip() for f in pidfiles):
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+            time.sleep(0.05)
+        pids = [int(f.read_text()) for f in pidfiles]
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=10)
+    finally:
+        p.kill()
+    assert p.returncode == code, err
+    assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err and out == ""
+    time.sleep(1)
+    for pid in pids:
+        assert not _alive(pid), f"pid {pid} outlived the run"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

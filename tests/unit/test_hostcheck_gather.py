@@ -20,7 +20,7 @@ from hostcheck.gather.system import (
     parse_xid_lines,
     read_xids,
 )
-from hostcheck.gather.torchinfo import choose_python, gather_torch, parse_probe_output
+from hostcheck.gather.torchinfo import choose_python, gather_torch, probe_snapshot
 from hostcheck.gather.tuning import parse_env_file, parse_thp, services_state, shm_size
 
 NOW = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
@@ -152,11 +152,19 @@ def test_arch_covered(cap, archs, kind):
 
 
 def test_probe_output_parsing_ignores_noise():
+    from hostcheck.gather.torchinfo import MARKER
+    from hostcheck.workload.runner import ProbeRun, parse_records
+
     out = 'warning: something\nHOSTCHECK_PROBE_JSON:{"python": "3.12.3", "torch": {"installed": false}}\n'
-    snap = parse_probe_output(0, out, "", "/py")
-    assert snap.error is None and snap.data["python"] == "3.12.3" and not snap.torch_installed
-    bad = parse_probe_output(1, "", "Traceback...\nSyntaxError: invalid syntax", "/py")
-    assert bad.error is not None and "SyntaxError" in bad.error.reason
+    records, bad_line = parse_records(out, MARKER)
+    snap = probe_snapshot(ProbeRun(name="torch probe", records=tuple(records), rc=0), "/py")
+    assert bad_line is None and snap.error is None
+    assert snap.data["python"] == "3.12.3" and not snap.torch_installed
+    crashed = ProbeRun(
+        name="torch probe", error="crashed (exit 1)", rc=1, stderr_tail="Traceback...\nSyntaxError: x"
+    )
+    bad = probe_snapshot(crashed, "/py")
+    assert bad.error is not None and "(exit 1): SyntaxError" in bad.error.reason
 
 
 def test_probe_runs_in_a_child_python_with_the_training_env():
