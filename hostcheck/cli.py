@@ -127,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--rdzv-id", default="hostcheck", metavar="ID", help="rendezvous id, the same on every node"
     )
     wl.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks per node (default: one per GPU)")
+    wl.add_argument(
+        "--rdzv-timeout",
+        type=seconds,
+        default=300.0,
+        metavar="S",
+        help="hard limit of the multi-node run, rendezvous included (default 300)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     p.add_argument("--version", action="version", version=f"hostcheck {__version__}")
     return p
@@ -269,6 +276,7 @@ def _main(argv: list[str] | None) -> int:
         rdzv_id=args.rdzv_id,
         nproc_per_node=args.nproc_per_node,
         workload_timeout_s=args.workload_timeout,
+        rdzv_timeout_s=args.rdzv_timeout,
     )
     needs = set().union(*(c.needs for c in checks)) & (set(GATHERERS) | set(EXTRA_GATHERERS))
     when = now_iso()

@@ -26,13 +26,19 @@ class ExtraGatherer:
 
     name: str
     fn: Callable[[Any, dict[str, Any]], Any]
-    timeout_s: float = 600.0
+    #: Seconds, or a function of the run's Options giving them (a bound that follows the timeout options).
+    timeout_s: float | Callable[[Any], float] = 600.0
+
+    def limit(self, options: Any) -> float:
+        return float(self.timeout_s(options) if callable(self.timeout_s) else self.timeout_s)
 
 
 EXTRA_GATHERERS: dict[str, ExtraGatherer] = {}
 
 
-def register_gatherer(name: str, fn: Callable[[Any, dict[str, Any]], Any], timeout_s: float = 600.0) -> None:
+def register_gatherer(
+    name: str, fn: Callable[[Any, dict[str, Any]], Any], timeout_s: float | Callable[[Any], float] = 600.0
+) -> None:
     if name in GATHERERS:
         raise ValueError(f"{name} is a core gatherer")
     EXTRA_GATHERERS[name] = ExtraGatherer(name, fn, timeout_s)
@@ -53,6 +59,7 @@ class Options:
     rdzv_id: str = "hostcheck"
     nproc_per_node: int | None = None
     workload_timeout_s: float = 180.0
+    rdzv_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,9 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     early = {"facts": facts, **results}
 
     def do_extra(g: ExtraGatherer) -> None:
-        extra[g.name] = _timed(g.name, lambda: g.fn(options, dict(early)), g.timeout_s, lambda u: u, timings)
+        extra[g.name] = _timed(
+            g.name, lambda: g.fn(options, dict(early)), g.limit(options), lambda u: u, timings
+        )
 
     extra_threads = [
         threading.Thread(target=do_extra, args=(EXTRA_GATHERERS[n],), daemon=True)

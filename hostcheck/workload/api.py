@@ -243,19 +243,22 @@ def gather_workload(
     device: str = "auto",
     sections: tuple[str, ...] = DEFAULT_SECTIONS,
     section_args: dict | None = None,
-    ddp_timeout: float = 120.0,
+    ddp_timeout: float | None = None,
     multinode: MultiNode | None = None,
     gpu_possible: bool | None = None,
 ) -> WorkloadRun:
     """Run the probes in child processes of ``python`` (the training venv's interpreter).
 
-    ``timeout`` bounds the suite process, ``ddp_timeout`` the separately launched DDP ranks; ``env`` is
+    ``timeout`` bounds each child: the suite process, the DDP ranks (``ddp_timeout`` when given) and the burn
+    (its length plus ``timeout``); ``env`` is
     the training environment to apply (LD_PRELOAD, OMP_NUM_THREADS...). ``gpu_possible`` (default: whether
     /dev/nvidiactl exists) False runs the gloo DDP check beside the suite. Never raises for a probe failure.
     """
     if quick:
         return WorkloadRun(python=python, quick=True, multinode_requested=multinode is not None)
     t0 = time.monotonic()
+    if ddp_timeout is None:
+        ddp_timeout = timeout
     cenv = child_env(env)
     section_args = dict(section_args or {})
     ddp_args = dict(section_args.get("ddp") or {})
@@ -301,7 +304,7 @@ def gather_workload(
     if burn and burn > 0:
         burn_run = run_child(
             _probe_argv(python, "burn", {"seconds": float(burn), "device": device}),
-            float(burn) + 120.0,
+            float(burn) + timeout,
             name="burn",
             env=cenv,
         )

@@ -30,9 +30,22 @@ from hostcheck.workload.api import (
     judge_workload,
 )
 
-#: The gatherer's own limit. Every child process has its own hard timeout (suite, DDP ranks, torchrun,
-#: burn + 120 s), so this only guards against a bug; it must exceed the longest --burn asked for.
-GATHER_TIMEOUT_S = 24 * 3600.0
+#: Slack over the sum of the children's own deadlines (process start-up, judging) before the gatherer is cut.
+GATHER_SLACK_S = 60.0
+
+
+def gather_limit(options: Any) -> float:
+    """The whole workload run's ceiling, from the options: every child has its own hard deadline (suite and
+    the re-run of what it never reached, two DDP launch tries, the multi-node rendezvous, burn), and this
+    bounds their sum, so a bug in the sequencing cannot hang a run either."""
+    t = float(getattr(options, "workload_timeout_s", 180.0) or 180.0)
+    rdzv = (
+        float(getattr(options, "rdzv_timeout_s", 300.0) or 300.0) if getattr(options, "nnodes", None) else 0.0
+    )
+    burn = float(getattr(options, "burn", 0.0) or 0.0)
+    return 2 * t + 2 * t + rdzv + ((burn + t) if burn > 0 else 0.0) + GATHER_SLACK_S
+
+
 GATHERER = "workload"
 
 
@@ -88,6 +101,7 @@ def gather_for_hostcheck(options: Any, parts: dict[str, Any]) -> WorkloadGathere
             rdzv_endpoint=str(options.rdzv_endpoint),
             nproc_per_node=getattr(options, "nproc_per_node", None),
             rdzv_id=getattr(options, "rdzv_id", None) or "hostcheck",
+            timeout=float(getattr(options, "rdzv_timeout_s", 300.0) or 300.0),
         )
     gpus = tuple(gpus_from_nvml(parts.get("nvml")))
     run = gather_workload(
@@ -142,6 +156,6 @@ def register_all() -> None:
 
     if CHECKS[0][0] in REGISTRY:
         return
-    register_gatherer(GATHERER, gather_for_hostcheck, timeout_s=GATHER_TIMEOUT_S)
+    register_gatherer(GATHERER, gather_for_hostcheck, timeout_s=gather_limit)
     for cid, title, weight in CHECKS:
         check(cid, title, weight=weight, needs=(GATHERER, "nvml"))(judge_check(cid))

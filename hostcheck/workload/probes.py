@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import json
 import math
 import os
@@ -692,36 +693,44 @@ def ddp_worker(args: dict) -> dict:
         out["allreduce_ok"] = lo == hi == float(world)
         out["allreduce_value"] = [lo, hi]
 
-        # One DDP training step; afterwards every rank must hold the same parameters.
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        torch.manual_seed(0)
-        d = 256 if device.type == "cuda" else 32
-        model = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.ReLU(), torch.nn.Linear(d, 1)).to(device)
-        ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        g = torch.Generator(device="cpu").manual_seed(100 + rank)  # different data per rank
-        x = torch.randn(64, d, generator=g).to(device)
-        y = torch.randn(64, 1, generator=g).to(device)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        loss.backward()
-        opt.step()
-        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        ref = flat.clone()
-        dist.broadcast(ref, 0)
-        diff = (flat - ref).abs().max().reshape(1)
-        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
-        lossv = float(loss.detach())
-        out["ddp_loss"] = lossv
-        out["ddp_param_maxdiff"] = float(diff)
-        out["ddp_ok"] = bool(math.isfinite(lossv) and float(diff) == 0.0)
-
+        _ddp_step(torch, dist, device, rank, local_rank, out)
         _allreduce_bw(torch, dist, device, world, args, out)
     finally:
+        # The DDP objects are gone by now (_ddp_step's locals): the process group is torn down here, with every
+        # collective finished, and never by a Reducer's deallocation, which can deadlock gloo's worker threads
+        # against the GIL (seen: about 1 in 100 one-rank gloo runs hung in ~ProcessGroupGloo).
+        gc.collect()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     out["wall_s"] = round(time.perf_counter() - t0, 3)
     return out
+
+
+def _ddp_step(torch, dist, device, rank: int, local_rank: int, out: dict) -> None:
+    """One DDP training step; afterwards every rank must hold the same parameters."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    d = 256 if device.type == "cuda" else 32
+    model = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.ReLU(), torch.nn.Linear(d, 1)).to(device)
+    ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator(device="cpu").manual_seed(100 + rank)  # different data per rank
+    x = torch.randn(64, d, generator=g).to(device)
+    y = torch.randn(64, 1, generator=g).to(device)
+    loss = torch.nn.functional.mse_loss(ddp(x), y)
+    loss.backward()
+    opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    ref = flat.clone()
+    dist.broadcast(ref, 0)
+    diff = (flat - ref).abs().max().reshape(1)
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    lossv = float(loss.detach())
+    out["ddp_loss"] = lossv
+    out["ddp_param_maxdiff"] = float(diff)
+    out["ddp_ok"] = bool(math.isfinite(lossv) and float(diff) == 0.0)
+    dist.barrier()  # every rank's reducer work is done before the DDP objects go
 
 
 def _allreduce_bw(torch, dist, device, world: int, args: dict, out: dict) -> None:
