@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hostcheck",
         description="Check a gpunode GPU node after provisioning: versions, GPU health, host tuning. "
         "Prints a readiness score 0-100 and a fix for every shortfall.",
-        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error. Docs: docs/hostcheck.md. "
+        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 130/143 SIGINT/SIGTERM. "
+        "Docs: docs/hostcheck.md. "
         "`hostcheck bench --help`: measure what each CPU-side tuning buys (docs/bench.md).",
     )
     out = p.add_argument_group("output")

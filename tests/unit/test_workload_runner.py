@@ -318,6 +318,28 @@ def test_no_gpu_defers_ddp_to_two_gloo_processes(fake_python, monkeypatch):
     json.dumps(run.to_dict())  # serialisable for --json
 
 
+def test_every_workload_deadline_follows_the_options(fake_python, monkeypatch):
+    """DDP ranks once had a fixed 120 s and multi-node a fixed 300 s, whatever --workload-timeout said."""
+    from hostcheck.gather import Options
+    from hostcheck.workload import integration
+
+    seen = {}
+    monkeypatch.setattr(api, "launch_local_ddp", lambda *a, **k: seen.setdefault("ddp", a[4]) and ())
+    monkeypatch.setenv("FAKE_SCENARIO", "ok")
+    api.gather_workload(fake_python, timeout=7, gpu_possible=True)
+    assert seen["ddp"] == 7
+    got = {}
+    monkeypatch.setattr(
+        integration, "gather_workload", lambda python, **k: got.update(k) or api.WorkloadRun()
+    )
+    opts = Options(workload_timeout_s=9, rdzv_timeout_s=33, nnodes="2", rdzv_endpoint="n1:29400", burn=5)
+    integration.gather_for_hostcheck(opts, {})
+    assert got["timeout"] == 9 and got["multinode"].timeout == 33
+    # The whole run's ceiling: suite and its re-run, two DDP tries, the rendezvous, burn, and the slack.
+    assert integration.gather_limit(opts) == 9 * 4 + 33 + (5 + 9) + integration.GATHER_SLACK_S
+    assert integration.gather_limit(Options(workload_timeout_s=9)) == 9 * 4 + integration.GATHER_SLACK_S
+
+
 def test_a_hang_mid_suite_becomes_errors_for_that_section_and_the_rest(fake_python, monkeypatch):
     monkeypatch.setenv("FAKE_SCENARIO", "hang")
     t0 = time.monotonic()
