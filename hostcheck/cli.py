@@ -6,6 +6,7 @@ Exit codes: 0 ready, 1 not ready, 2 usage or environment error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -40,9 +41,24 @@ def _raise_signalled(signum: int, frame: Any) -> None:
     raise _Signalled(signum)
 
 
+class _OutputError(Exception):
+    pass
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse exits 2 itself; we return 2 from main instead
         raise _UsageError(message)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse drops a failed write (--help >/dev/full would "succeed"); say so and exit 2.
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            file.write(message)
+            file.flush()
+        except (AttributeError, OSError) as exc:
+            raise _OutputError(getattr(exc, "strerror", None) or str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(exc) if "(see --" in str(exc) else f"{exc} (see --help)"
         print(f"hostcheck: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
+    except _OutputError as exc:
+        print(f"hostcheck: error: writing to standard output: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else EXIT_READY
     except (_Signalled, KeyboardInterrupt) as exc:
@@ -256,6 +275,11 @@ def _main(argv: list[str] | None) -> int:
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         print(f"hostcheck: error: --python {args.python}: not an executable file", file=sys.stderr)
         return EXIT_USAGE
+    if sys.stdout is None:
+        raise _UsageError("standard output is closed: nowhere to print the report")
+    tmp_error = _temp_dir_error()
+    if tmp_error:
+        raise _UsageError(tmp_error)
     from hostcheck.outfile import paths_error
 
     bad_path = paths_error([("--prometheus", args.prometheus), ("--junit", args.junit)])
@@ -287,6 +311,19 @@ def _main(argv: list[str] | None) -> int:
     return emit(report, args)
 
 
+def _temp_dir_error() -> str | None:
+    """Children's output goes to temporary files: an unusable TMPDIR is a usage error before the run."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile():
+            pass
+    except OSError as exc:
+        where = os.environ.get("TMPDIR") or "the temporary folder"
+        return f"cannot create a temporary file in {where} ({exc.strerror or exc}): set TMPDIR to a writable folder"
+    return None
+
+
 def emit(report: Any, args: argparse.Namespace) -> int:
     from hostcheck.outfile import write_report
     from hostcheck.render.json import render_json
@@ -314,4 +351,9 @@ def emit(report: Any, args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `hostcheck | head`: the reader left; the verdict still stands
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+    except OSError as exc:  # a full disk, /dev/full: the report did not reach its reader
+        print(f"hostcheck: error: writing the report: {exc.strerror or exc}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_USAGE
     return report.exit_code

@@ -161,13 +161,13 @@ def all_checks() -> list[Check]:
 def select(
     checks: list[Check], only: list[str] | None = None, skip: list[str] | None = None, quick: bool = False
 ) -> list[Check]:
-    """Filter by id or category (``gpu``, ``gpu.E003``); unknown selectors raise ValueError."""
+    """Filter by id or category (``gpu``, ``gpu.E003``), either in any case; unknown selectors raise ValueError."""
 
     def matches(c: Check, sel: str) -> bool:
-        return sel == c.category or sel.lower() == c.id.lower()
+        return sel.lower() in (c.category, c.id.lower())
 
     for sel in (only or []) + (skip or []):
-        if sel not in CATEGORIES and not any(matches(c, sel) for c in checks):
+        if sel.lower() not in CATEGORIES and not any(matches(c, sel) for c in checks):
             raise ValueError(f"unknown check id or category: {sel!r} (see --list)")
     out = [c for c in checks if not (quick and c.workload)]
     if only:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from hostcheck.argtypes import seconds
-from hostcheck.cli import EXIT_USAGE, _Parser, _split, _UsageError
+from hostcheck.cli import EXIT_USAGE, _OutputError, _Parser, _split, _UsageError
 from hostcheck.workload.runner import python_arg
 
 EXIT_OK, EXIT_NOTHING_MEASURED = 0, 1
@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     except _UsageError as exc:
         msg = str(exc) if "(see --" in str(exc) else f"{exc} (see --help)"
         print(f"hostcheck bench: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except _OutputError as exc:
+        print(f"hostcheck bench: error: writing to standard output: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else EXIT_OK

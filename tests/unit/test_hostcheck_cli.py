@@ -469,3 +469,43 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["bench", "--help"]])
+def test_help_that_cannot_be_written_is_not_a_success(argv):
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(
+            [sys.executable, "-m", "hostcheck", *argv], stdout=full, stderr=subprocess.PIPE, text=True
+        )
+    assert p.returncode == 2 and "writing to standard output" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_closed_stdout_and_a_full_disk_are_usage_errors_without_a_traceback():
+    argv = [sys.executable, "-m", "hostcheck", "--only", "system.E001"]
+    closed = subprocess.run(
+        [*argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=()
+    )
+    assert closed.returncode in (0, 1)  # /dev/null is a fine reader
+    p = subprocess.run(["/bin/sh", "-c", '"$@" >&-', "sh", *argv], stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2 and "standard output is closed" in p.stderr and "Traceback" not in p.stderr
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2 and "writing the report" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_an_unusable_temporary_folder_is_a_usage_error_before_the_run(
+    use_scenario, monkeypatch, tmp_path, capsys
+):
+    import tempfile
+
+    gathered = use_scenario("healthy_8x_h100")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    assert cli.main(["--quick"]) == 2
+    assert "cannot create a temporary file" in capsys.readouterr().err and "options" not in gathered
+
+
+@pytest.mark.parametrize("sel", ["SYSTEM", "System", "Gpu.e001", "GPU.E001", "system.e001"])
+def test_selectors_are_case_insensitive_for_ids_and_categories_alike(sel, use_scenario, capsys):
+    use_scenario("healthy_8x_h100")
+    rc, doc = run_json(capsys, "--only", sel)
+    assert rc == 0 and doc["checks"]
