@@ -92,7 +92,8 @@ def torch_installed(s: Any) -> Outcome:
                 t.error.reason, hint="hostcheck's own gathering failed: run with --debug and report it"
             )
         if t.error.kind == "timeout":
-            return errored(t.error.reason, hint="a hung CUDA init: check dmesg for NVRM/Xid errors; " + hint)
+            first = "check dmesg for NVRM/Xid errors; " if "CUDA init" in t.error.reason else ""
+            return errored(t.error.reason, hint=first + hint)
         return failed(t.error.reason, hint=hint)
     info = t.torch
     where = f"{t.python} ({t.python_source})"

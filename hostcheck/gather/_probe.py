@@ -1,7 +1,8 @@
 """Probe run as a child process in the *training* Python (``python -c <this source>``).
 
 Standard library only, Python >= 3.9, no hostcheck import (the training venv need not have hostcheck).
-Prints one line ``HOSTCHECK_PROBE_JSON:{...}`` on stdout; everything else on stdout is ignored.
+Prints ``HOSTCHECK_PROBE_JSON:{"phase": ...}`` as each slow step starts (so a hang is named by the step it
+hung in), then one ``HOSTCHECK_PROBE_JSON:{...}`` line with the result; everything else on stdout is ignored.
 """
 
 import json
@@ -23,6 +24,11 @@ ENV_KEYS = (
     "KMP_AFFINITY",
     "CUDA_VISIBLE_DEVICES",
 )
+
+
+def _phase(name):
+    sys.stdout.write("\n" + MARKER + json.dumps({"phase": name}) + "\n")
+    sys.stdout.flush()
 
 
 def _limit(v):
@@ -53,6 +59,7 @@ def _pillow(out):
             info[dist] = metadata.version(dist) if metadata else None
         except Exception:
             info[dist] = None
+    _phase("the PIL import")
     try:
         import PIL
 
@@ -71,6 +78,7 @@ def _pillow(out):
 
 
 def _torch(out):
+    _phase("the torch import")
     t0 = time.monotonic()
     try:
         import torch
@@ -92,6 +100,7 @@ def _torch(out):
         info["nccl"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
     except Exception:
         info["nccl"] = None
+    _phase("CUDA init")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         t1 = time.monotonic()

@@ -2,7 +2,8 @@
 
 The child runs with the training environment file applied (LD_PRELOAD, MALLOC_CONF, OMP_NUM_THREADS...),
 so what it reports is what a training job launched by gpunode's launchers gets. A hung CUDA init is
-killed by the timeout instead of hanging the report.
+killed by the timeout instead of hanging the report, and the step it hung in (PIL import, torch import,
+CUDA init) is named.
 """
 
 from __future__ import annotations
@@ -96,17 +97,17 @@ def probe_snapshot(run: Any, python: str, python_source: str = "", timeout_s: fl
     """The probe's last record, or why there is none (``run``: a ProbeRun of hostcheck.workload.runner)."""
     from hostcheck.workload.runner import describe_rc
 
-    if run.records:
-        return TorchSnapshot(
-            python=python, python_source=python_source, data=run.records[-1], wall_s=run.wall_s
-        )
+    results = [r for r in run.records if "phase" not in r]
+    if results:
+        return TorchSnapshot(python=python, python_source=python_source, data=results[-1], wall_s=run.wall_s)
     if run.timed_out:
+        # The probe names each slow step as it starts: a hung PIL import is not a hung CUDA init.
+        phases = [r["phase"] for r in run.records if "phase" in r]
+        where = f"hung in {phases[-1]}" if phases else "hung before its first step"
         return TorchSnapshot(
             python=python,
             python_source=python_source,
-            error=Unavailable(
-                TIMEOUT, f"probe in {python} did not finish in {timeout_s:g} s (hung CUDA init?)"
-            ),
+            error=Unavailable(TIMEOUT, f"probe in {python} did not finish in {timeout_s:g} s: {where}"),
             wall_s=run.wall_s,
         )
     said = [ln for ln in run.stderr_tail.strip().splitlines() if ln.strip()]

@@ -287,3 +287,14 @@ def test_nvml_fabric_state_read_through_the_struct(scenarios, monkeypatch):
     monkeypatch.delattr(scenarios.FakeNvml, "c_nvmlGpuFabricInfo_t")  # an old nvidia-ml-py without the API
     snap = gather_nvml(nvml=scenarios.FakeNvml(), proc_name=str)
     assert snap.gpus[0].fabric.kind == "not_supported"
+
+
+def test_a_probe_that_hangs_says_in_which_step(tmp_path):
+    """A hanging PIL import was once reported as a hung CUDA init."""
+    site = tmp_path / "site"
+    (site / "PIL").mkdir(parents=True)
+    (site / "PIL" / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    snap = gather_torch(sys.executable, "test", {"PYTHONPATH": str(site)}, timeout_s=3, with_torch=False)
+    assert snap.error is not None and snap.error.kind == "timeout"
+    assert snap.error.reason.endswith("hung in the PIL import"), snap.error.reason
+    assert "CUDA" not in snap.error.reason
