@@ -190,9 +190,9 @@ class Server:
                 self.proc.stdin.close()
 
     def close(self, grace: float = CLOSE_GRACE_S, reason: str | None = None) -> None:
-        """End it: stdin closed (not when ``grace`` is 0), up to ``grace`` seconds to exit, then SIGKILL to its whole process group
-        (what is left of it: orphaned DataLoader workers, or the server itself), then reaped. ``ended`` is
-        its exit status when it exited in time, else ``reason`` (default: killed after ``grace`` s)."""
+        """End it: stdin closed (not when ``grace`` is 0), up to ``grace`` seconds to exit, then SIGKILL to its
+        whole process group (what is left of it: orphaned DataLoader workers, or the server itself), then reaped.
+        ``ended`` is its exit status when it exited in time, else ``reason`` (default: killed after ``grace`` s)."""
         if self._done or self.proc is None:
             return
         self._closed = True  # no more requests; _done once it is reaped (a close cut short can be redone)

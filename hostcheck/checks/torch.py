@@ -12,7 +12,8 @@ from hostcheck.registry import Outcome, check, errored, failed, passed, skipped,
 
 
 def probe_unavailable(s: Any) -> Outcome | None:
-    """A skip when the training Python could not be probed at all (shared with the tuning checks)."""
+    """Why a check cannot judge the training Python (shared with the tuning checks): an error when the torch
+    gatherer never ran, a skip pointing at torch.E001 when its probe failed."""
     t = s.torch
     if t is None:
         return errored("the training Python was not probed (the torch gatherer did not run)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ def _text(v: Any) -> str | None:
 def _version(v: Any) -> str | None:
     """A version: a string, or the number a template engine may have made of one."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return None if v == v and abs(v) != float("inf") else "a version"
+        return None if math.isfinite(v) else "a version"
     return None if isinstance(v, str) and "\0" not in v else "a version"
 
 

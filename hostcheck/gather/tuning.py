@@ -150,7 +150,7 @@ def gather_tuning(
     runner: Runner = run_cmd,
 ) -> TuningSnapshot:
     env_text = read_text(env_file)
-    env: dict[str, str] | Unavailable = env_text if isinstance(env_text, Unavailable) else {}
+    env: dict[str, str] | Unavailable = env_text
     env_problems: list[str] = []
     if isinstance(env_text, str):
         env, env_problems = env_file_entries(env_text)
