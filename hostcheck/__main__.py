@@ -1,8 +1,8 @@
-"""``python -m hostcheck``."""
+"""``python -m hostcheck``: the ``hostcheck`` command (hostcheck.command)."""
 
 import sys
 
-from hostcheck.cli import main
+from hostcheck.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,5 @@
-"""``python -m hostcheck`` / ``hostcheck``: check a provisioned GPU node and print a readiness score.
+"""``hostcheck check`` (also plain ``hostcheck``, the default command): check a provisioned GPU node and print
+a readiness score. The command line around it (exit 2 on usage errors, signals, --debug) is hostcheck.command.
 
 Exit codes: 0 ready, 1 not ready, 2 usage or environment error.
 """
@@ -10,66 +11,39 @@ import contextlib
 import json
 import os
 import re
-import signal
 import sys
+import tempfile
 import time
-import traceback
+from argparse import ArgumentError
 from typing import Any
 
-from hostcheck import SCHEMA_VERSION, __version__
+# The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
+from hostcheck import SCHEMA_VERSION, gather
 from hostcheck.argtypes import duration, seconds
-from hostcheck.registry import Check, Result, all_checks, run_checks, select
+from hostcheck.checks import all_checks
+from hostcheck.child.launch import python_arg
+from hostcheck.gather.workload import DEFAULT_SECTIONS
+from hostcheck.outfile import paths_error, write_report
+from hostcheck.registry import Check, Result, run_checks, select
+from hostcheck.render.json import render_json
+from hostcheck.render.junit import render_junit
+from hostcheck.render.prometheus import render_prometheus
+from hostcheck.render.text import render_list, render_text
+from hostcheck.report import Report, host_info, now_iso, versions
 from hostcheck.score import FAIL_LEVELS, Verdict, verdict
-from hostcheck.workload.runner import python_arg
 
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 
-
-class _UsageError(Exception):
-    pass
-
-
-class _Signalled(BaseException):
-    """SIGINT or SIGTERM arrived: the run ends, its children with it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+SUMMARY = "check this node and print a readiness score (the default command)"
+DESCRIPTION = (
+    "Check a gpunode GPU node after provisioning: versions, GPU health, host tuning. "
+    "Prints a readiness score 0-100 and a fix for every shortfall."
+)
+EPILOG = "Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 130/143 SIGINT/SIGTERM. Docs: docs/hostcheck.md."
 
 
-def _raise_signalled(signum: int, frame: Any) -> None:
-    raise _Signalled(signum)
-
-
-class _OutputError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse exits 2 itself; we return 2 from main instead
-        raise _UsageError(message)
-
-    def _print_message(self, message: str, file: Any = None) -> None:
-        # argparse drops a failed write (--help >/dev/full would "succeed"); say so and exit 2.
-        if not message:
-            return
-        file = file or sys.stderr
-        try:
-            file.write(message)
-            file.flush()
-        except (AttributeError, OSError) as exc:
-            raise _OutputError(getattr(exc, "strerror", None) or str(exc)) from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="hostcheck",
-        description="Check a gpunode GPU node after provisioning: versions, GPU health, host tuning. "
-        "Prints a readiness score 0-100 and a fix for every shortfall.",
-        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 130/143 SIGINT/SIGTERM. "
-        "Docs: docs/hostcheck.md. "
-        "`hostcheck bench --help`: measure what each CPU-side tuning buys (docs/bench.md).",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """check's options (on the top-level parser too: check is the default command)."""
     out = p.add_argument_group("output")
     out.add_argument(
         "--json", action="store_true", help="print the JSON document (schema_version 1) instead of text"
@@ -151,9 +125,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="hard limit of the multi-node run, rendezvous included (default 300)",
     )
-    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    p.add_argument("--version", action="version", version=f"hostcheck {__version__}")
-    return p
+    wl.add_argument(
+        "--workload-device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="where the workload runs (default auto: the GPUs when CUDA works)",
+    )
+    wl.add_argument(
+        "--workload-sections",
+        metavar="LIST",
+        help=f"comma-separated subset of {','.join(DEFAULT_SECTIONS)} (checks of the others are skipped)",
+    )
+    wl.add_argument(
+        "--workload-section-args",
+        metavar="JSON",
+        help='per-section probe arguments, e.g. \'{"matmul": {"n": 8192, "measure_s": 2}}\'',
+    )
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -168,9 +155,7 @@ def evaluate(
     return results, verdict(results, fail_level=fail_level, min_score=min_score)
 
 
-def build_report(snapshot: Any, results: list[Result], v: Verdict, started: float, when: str) -> Any:
-    from hostcheck.report import Report, host_info, versions
-
+def build_report(snapshot: Any, results: list[Result], v: Verdict, started: float, when: str) -> Report:
     return Report(
         results=tuple(results),
         verdict=v,
@@ -182,62 +167,13 @@ def build_report(snapshot: Any, results: list[Result], v: Verdict, started: floa
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == ["bench"]:  # `hostcheck bench ...`: the tuning benchmark, its own options
-        from hostcheck.bench.cli import main as bench_main
-
-        return bench_main(args[1:])
-    from hostcheck.workload.runner import reopen
-
-    reopen()
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, _raise_signalled)
-        except ValueError:  # not the main thread (tests): leave the signals alone
-            break
-    try:
-        return _main(argv)
-    except _UsageError as exc:
-        msg = str(exc) if "(see --" in str(exc) else f"{exc} (see --help)"
-        print(f"hostcheck: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
-    except _OutputError as exc:
-        print(f"hostcheck: error: writing to standard output: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SystemExit as exc:  # --help / --version
-        return exc.code if isinstance(exc.code, int) else EXIT_READY
-    except (_Signalled, KeyboardInterrupt) as exc:
-        signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
-        # The gatherers' threads may never get to clean up: every running child is killed from here.
-        from hostcheck.workload.runner import kill_all
-
-        killed = kill_all()
-        name = signal.Signals(signum).name
-        print(
-            f"hostcheck: interrupted by {name}; {killed} child process(es) killed, no report", file=sys.stderr
-        )
-        return 128 + signum
-    except Exception as exc:
-        if "--debug" in (argv if argv is not None else sys.argv):
-            traceback.print_exc()
-        print(
-            f"hostcheck: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", file=sys.stderr
-        )
-        return EXIT_USAGE
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _main(argv: list[str] | None) -> int:
+def run(args: argparse.Namespace) -> int:
+    """``hostcheck check``: select, gather, judge, report. Usage errors raise argparse.ArgumentError."""
     started = time.monotonic()
-    args = build_parser().parse_args(argv)
     try:
         checks = select(all_checks(), _split(args.only), _split(args.skip), args.quick)
     except ValueError as exc:
-        raise _UsageError(str(exc)) from None
+        raise ArgumentError(None, str(exc)) from None
     if args.list:
         if args.json:
             rows = [
@@ -252,44 +188,41 @@ def _main(argv: list[str] | None) -> int:
             ]
             sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "checks": rows}, indent=2) + "\n")
             return EXIT_READY
-        from hostcheck.render.text import render_list
-
         sys.stdout.write(render_list(checks))
         return EXIT_READY
     if not checks:
-        raise _UsageError("no checks selected")
+        raise ArgumentError(None, "no checks selected")
     if args.expect_gpus is not None and args.expect_gpus < 0:
-        raise _UsageError("--expect-gpus must be >= 0")
+        raise ArgumentError(None, "--expect-gpus must be >= 0")
     if not 0 <= args.min_score <= 100:
-        raise _UsageError("--min-score must be 0-100")
+        raise ArgumentError(None, "--min-score must be 0-100")
     if bool(args.nnodes) != bool(args.rdzv_endpoint):
-        raise _UsageError("--nnodes and --rdzv-endpoint go together")
+        raise ArgumentError(None, "--nnodes and --rdzv-endpoint go together")
     if args.nnodes and not re.fullmatch(r"[1-9][0-9]*(:[1-9][0-9]*)?", args.nnodes):
-        raise _UsageError("--nnodes takes N or MIN:MAX, e.g. 3 or 2:4")
+        raise ArgumentError(None, "--nnodes takes N or MIN:MAX, e.g. 3 or 2:4")
     if args.rdzv_endpoint and not re.fullmatch(r"[^\s:]+:[0-9]{1,5}", args.rdzv_endpoint):
-        raise _UsageError("--rdzv-endpoint takes HOST:PORT")
+        raise ArgumentError(None, "--rdzv-endpoint takes HOST:PORT")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
-        raise _UsageError("--nproc-per-node must be >= 1")
+        raise ArgumentError(None, "--nproc-per-node must be >= 1")
+    sections = tuple(_split([args.workload_sections])) if args.workload_sections else DEFAULT_SECTIONS
+    unknown = sorted(set(sections) - set(DEFAULT_SECTIONS))
+    if unknown:
+        raise ArgumentError(None, f"--workload-sections: unknown section(s) {', '.join(unknown)}")
+    section_args = _section_args(args.workload_section_args)
     if args.quick and (args.burn or args.nnodes):
-        raise _UsageError("--quick leaves the workload out: it cannot go with --burn or --nnodes")
+        raise ArgumentError(None, "--quick leaves the workload out: it cannot go with --burn or --nnodes")
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
-        print(f"hostcheck: error: --python {args.python}: not an executable file", file=sys.stderr)
-        return EXIT_USAGE
+        raise ArgumentError(None, f"--python {args.python}: not an executable file")
     if sys.stdout is None:
-        raise _UsageError("standard output is closed: nowhere to print the report")
+        raise ArgumentError(None, "standard output is closed: nowhere to print the report")
     tmp_error = _temp_dir_error()
     if tmp_error:
-        raise _UsageError(tmp_error)
-    from hostcheck.outfile import paths_error
-
+        raise ArgumentError(None, tmp_error)
     bad_path = paths_error([("--prometheus", args.prometheus), ("--junit", args.junit)])
     if bad_path:
-        raise _UsageError(bad_path)
+        raise ArgumentError(None, bad_path)
 
-    from hostcheck.gather import EXTRA_GATHERERS, GATHERERS, Options, gather
-    from hostcheck.report import now_iso
-
-    options = Options(
+    options = gather.Options(
         expect_gpus=args.expect_gpus,
         python=args.python,
         facts_dir=args.facts_dir,
@@ -302,19 +235,38 @@ def _main(argv: list[str] | None) -> int:
         nproc_per_node=args.nproc_per_node,
         workload_timeout_s=args.workload_timeout,
         rdzv_timeout_s=args.rdzv_timeout,
+        workload_device=args.workload_device,
+        workload_sections=sections,
+        workload_section_args=section_args,
     )
-    needs = set().union(*(c.needs for c in checks)) & (set(GATHERERS) | set(EXTRA_GATHERERS))
+    needs = set().union(*(c.needs for c in checks)) & set(gather.GATHERERS)
     when = now_iso()
-    snapshot = gather(options, needs)
+    snapshot = gather.gather(options, needs)
     results, v = evaluate(snapshot, checks, args.fail_level, args.min_score, args.timeout)
     report = build_report(snapshot, results, v, started, when)
     return emit(report, args)
 
 
+def _section_args(text: str | None) -> dict[str, Any] | None:
+    """--workload-section-args: a JSON object of objects, one per section."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ArgumentError(None, f"--workload-section-args is not JSON: {exc}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ArgumentError(
+            None, '--workload-section-args takes an object of objects, e.g. {"matmul": {"n": 8192}}'
+        )
+    unknown = sorted(set(value) - set(DEFAULT_SECTIONS))
+    if unknown:
+        raise ArgumentError(None, f"--workload-section-args: unknown section(s) {', '.join(unknown)}")
+    return value
+
+
 def _temp_dir_error() -> str | None:
     """Children's output goes to temporary files: an unusable TMPDIR is a usage error before the run."""
-    import tempfile
-
     try:
         with tempfile.TemporaryFile():
             pass
@@ -324,13 +276,7 @@ def _temp_dir_error() -> str | None:
     return None
 
 
-def emit(report: Any, args: argparse.Namespace) -> int:
-    from hostcheck.outfile import write_report
-    from hostcheck.render.json import render_json
-    from hostcheck.render.junit import render_junit
-    from hostcheck.render.prometheus import render_prometheus
-    from hostcheck.render.text import render_text
-
+def emit(report: Report, args: argparse.Namespace) -> int:
     try:
         if args.prometheus:
             write_report(args.prometheus, render_prometheus(report))

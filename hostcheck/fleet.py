@@ -1,9 +1,10 @@
 """Fleet report: many nodes' ``hostcheck --json`` reports -> one Markdown and one self-contained HTML page.
 
-    python -m hostcheck.fleet REPORT_DIR [--out DIR] [--min-score N] [--expect HOST ...]
+    hostcheck fleet REPORT_DIR [--out DIR] [--min-score N] [--expect HOST ...]
 
 Each ``REPORT_DIR/<host>.json`` is one node's report. A node named by ``--expect`` without a readable report
 counts as not ready ("no report"). Exit 0 when every node is ready, 1 when any is not, 2 on bad usage.
+The command line around it (usage errors, signals, --debug) is hostcheck.command.
 """
 
 from __future__ import annotations
@@ -12,12 +13,24 @@ import argparse
 import html
 import json
 import sys
+from argparse import ArgumentError
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 FAILING = ("fail", "error")
+EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+
+SUMMARY = "many nodes' --json reports -> fleet.md and fleet.html (docs/fleet.md)"
+DESCRIPTION = (
+    "Fleet report: many nodes' `hostcheck --json` reports -> one Markdown and one self-contained HTML page, "
+    "worst node first. REPORT_DIR/<host>.json is one node's report."
+)
+EPILOG = (
+    "A node named by --expect without a readable report counts as not ready. Exit codes: 0 every node "
+    "ready, 1 any not ready, 2 usage error or no reports. Docs: docs/fleet.md."
+)
 
 
 @dataclass(frozen=True)
@@ -168,26 +181,24 @@ def render_html(nodes: list[NodeSummary], generated: str) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hostcheck.fleet", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """fleet's options."""
     p.add_argument("report_dir", type=Path, help="folder of <host>.json reports")
     p.add_argument("--out", type=Path, help="where to write fleet.md and fleet.html (default: report_dir)")
     p.add_argument("--min-score", type=int, help="a node below this score is not ready, whatever its verdict")
     p.add_argument("--expect", nargs="*", default=[], help="hosts that must have a report")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as exc:
-        return 0 if exc.code == 0 else 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """``hostcheck fleet``: read the reports, write fleet.md and fleet.html, exit by readiness."""
     if not args.report_dir.is_dir():
-        print(f"error: {args.report_dir} is not a folder", file=sys.stderr)
-        return 2
+        raise ArgumentError(None, f"{args.report_dir} is not a folder")
     if args.min_score is not None and not 0 <= args.min_score <= 100:
-        print("error: --min-score must be between 0 and 100", file=sys.stderr)
-        return 2
+        raise ArgumentError(None, "--min-score must be between 0 and 100")
     nodes = load(args.report_dir, args.expect, args.min_score)
     if not nodes:
-        print(f"error: no reports in {args.report_dir}", file=sys.stderr)
-        return 2
+        print(f"hostcheck fleet: error: no reports in {args.report_dir}", file=sys.stderr)
+        return EXIT_USAGE
     out = args.out or args.report_dir
     out.mkdir(parents=True, exist_ok=True)
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
@@ -197,8 +208,4 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(nodes) - len(not_ready)} ready, {len(not_ready)} not ready; report: {out / 'fleet.html'}")
     if not_ready:
         print("not ready: " + ", ".join(not_ready))
-    return 1 if not_ready else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return EXIT_NOT_READY if not_ready else EXIT_READY

@@ -1,7 +1,8 @@
 """Checks registry: stable ids, statuses, frozen results and a runner with a per-check timeout.
 
 A check is a small pure function ``fn(snapshot) -> Outcome`` registered with :func:`check`. It judges
-gathered data only; gathering lives in :mod:`hostcheck.gather`, scoring in :mod:`hostcheck.score`.
+gathered data only; gathering lives in :mod:`hostcheck.gather`, scoring in :mod:`hostcheck.score`. This module
+imports nothing of hostcheck: the checks import it, never the reverse (hostcheck.checks.all_checks).
 """
 
 from __future__ import annotations
@@ -152,9 +153,8 @@ def check(
     return deco
 
 
-def all_checks() -> list[Check]:
-    import hostcheck.checks  # noqa: F401  (registers the built-in checks)
-
+def registered() -> list[Check]:
+    """Every registered check in report order (import hostcheck.checks first: it registers the built-in ones)."""
     return sorted(REGISTRY.values(), key=lambda c: (CATEGORIES.index(c.category), c.id))
 
 

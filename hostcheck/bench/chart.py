@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from hostcheck.workload.runner import MARKER
+from hostcheck.child.launch import MARKER
 
 COLOURS = {
     "helps": (46, 139, 87),

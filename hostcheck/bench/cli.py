@@ -1,4 +1,5 @@
-"""``hostcheck bench`` (also ``python -m hostcheck bench``): what each CPU-side tuning buys on this node.
+"""``hostcheck bench``: what each CPU-side tuning buys on this node. The command line around it (exit 2 on usage
+errors, signals, --debug) is hostcheck.command.
 
 Exit codes: 0 it ran (also when a tuning hurts), 1 it ran but no comparison could be measured,
 2 usage or environment error (training Python missing, no torch in it). Docs: docs/bench.md.
@@ -8,19 +9,39 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
-import traceback
+from argparse import ArgumentError
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from hostcheck.argtypes import seconds
-from hostcheck.cli import EXIT_USAGE, _OutputError, _Parser, _split, _UsageError
-from hostcheck.workload.runner import python_arg
+from hostcheck.bench import discover
+from hostcheck.bench.advice import advise, render_advice
+from hostcheck.bench.chart import chart_spec, render_png
+from hostcheck.bench.plan import (
+    SHM_SIZE_RE,
+    TUNINGS,
+    BenchEnv,
+    PlanOptions,
+    build_plan,
+    pick_wheel,
+    recommended_workers,
+    shm_size_bytes,
+)
+from hostcheck.bench.proof import describe_pil
+from hostcheck.bench.render import document, render_json, render_text
+from hostcheck.bench.run import Context, base_environment, probe_python, pythonpath_root, run_plan
+from hostcheck.child.launch import python_arg
+from hostcheck.gather.base import read_text
+from hostcheck.gather.facts import gather_facts
+from hostcheck.gather.system import gather_system
+from hostcheck.gather.torchinfo import choose_python
+from hostcheck.outfile import paths_error, write_report
+from hostcheck.report import now_iso
 
-EXIT_OK, EXIT_NOTHING_MEASURED = 0, 1
+EXIT_OK, EXIT_NOTHING_MEASURED, EXIT_USAGE = 0, 1, 2
 # One warm-up round by default: each variant's worker process makes its first, cold measurement (first
 # DataLoader, first training step, allocator arenas still empty) in it, and it is discarded. It costs one run
 # per variant, no process start. 192 images: the default plan in under 5 minutes on 2 cores (docs/bench.md,
@@ -28,19 +49,22 @@ EXIT_OK, EXIT_NOTHING_MEASURED = 0, 1
 DEFAULTS = {"pairs": 5, "warmup_pairs": 1, "images": 192}
 QUICK = {"pairs": 3, "warmup_pairs": 1, "images": 128}
 
+SUMMARY = "measure what each CPU-side tuning buys on this node (docs/bench.md)"
+DESCRIPTION = (
+    "Measure what each CPU-side tuning buys on this node: pillow-simd, malloc allocators, "
+    "OMP_NUM_THREADS, DataLoader workers / pin_memory / persistent_workers, /dev/shm size. Every "
+    "comparison is A/B in interleaved rounds (one worker process of the training Python per variant) and "
+    "reported as the median of the paired ratios with their spread and a verdict."
+)
+EPILOG = (
+    f"Comparisons: {', '.join(TUNINGS)}. Exit codes: 0 ran (also when a tuning hurts), "
+    "1 nothing could be measured, 2 usage or environment error, 130/143 SIGINT/SIGTERM (after printing what "
+    "was measured). Docs: docs/bench.md"
+)
 
-def build_parser() -> argparse.ArgumentParser:
-    from hostcheck.bench.plan import TUNINGS
 
-    p = _Parser(
-        prog="hostcheck bench",
-        description="Measure what each CPU-side tuning buys on this node: pillow-simd, malloc allocators, "
-        "OMP_NUM_THREADS, DataLoader workers / pin_memory / persistent_workers, /dev/shm size. Every "
-        "comparison is A/B in interleaved rounds (one worker process of the training Python per variant) and "
-        "reported as the median of the paired ratios with their spread and a verdict.",
-        epilog=f"Comparisons: {', '.join(TUNINGS)}. Exit codes: 0 ran (also when a tuning hurts), "
-        "1 nothing could be measured, 2 usage or environment error. Docs: docs/bench.md",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """bench's options."""
     sel = p.add_argument_group("selection")
     sel.add_argument(
         "--only", action="append", metavar="NAME", help="run only these (comma list, repeatable)"
@@ -101,91 +125,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument("--advice-file", metavar="PATH", help="also write that advice (YAML) to PATH")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    return p
-
-
-# A batch system's kill gets the same clean-up as Ctrl-C: workers ended, the partial table printed.
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        previous = signal.signal(signal.SIGTERM, _sigterm)
-    except ValueError:  # not the main thread (tests): leave SIGTERM alone
-        previous = None
-    try:
-        return _main(argv)
-    except _UsageError as exc:
-        msg = str(exc) if "(see --" in str(exc) else f"{exc} (see --help)"
-        print(f"hostcheck bench: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
-    except _OutputError as exc:
-        print(f"hostcheck bench: error: writing to standard output: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SystemExit as exc:  # --help
-        return exc.code if isinstance(exc.code, int) else EXIT_OK
-    except KeyboardInterrupt:
-        print("hostcheck bench: interrupted", file=sys.stderr)
-        return EXIT_USAGE
-    except Exception as exc:
-        if "--debug" in argv:
-            traceback.print_exc()
-        print(
-            f"hostcheck bench: internal error: {type(exc).__name__}: {exc} (re-run with --debug)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def validate(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the --quick defaults and reject bad input (raises _UsageError)."""
-    from hostcheck.bench.plan import SHM_SIZE_RE, TUNINGS, shm_size_bytes
-
+    """Fill the --quick defaults and reject bad input (raises argparse.ArgumentError)."""
     base = QUICK if args.quick else DEFAULTS
     args.scale_images = args.images is None
     for k, v in base.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     if args.pairs < 1:
-        raise _UsageError("--pairs must be >= 1")
+        raise ArgumentError(None, "--pairs must be >= 1")
     if args.warmup_pairs < 0:
-        raise _UsageError("--warmup-pairs must be >= 0")
+        raise ArgumentError(None, "--warmup-pairs must be >= 0")
     if args.images < 1 or args.batch < 1:
-        raise _UsageError("--images and --batch must be >= 1")
-    args.only, args.skip = tuple(_split(args.only)), tuple(_split(args.skip))
+        raise ArgumentError(None, "--images and --batch must be >= 1")
+    args.only, args.skip = _names(args.only), _names(args.skip)
     unknown = [n for n in args.only + args.skip if n not in TUNINGS]
     if unknown:
-        raise _UsageError(f"unknown comparison {', '.join(unknown)}; known: {', '.join(TUNINGS)}")
+        raise ArgumentError(None, f"unknown comparison {', '.join(unknown)}; known: {', '.join(TUNINGS)}")
     for flag, size in (("--shm-small", args.shm_small), ("--shm-large", args.shm_large)):
         if not SHM_SIZE_RE.match(size) or (size.endswith("%") and not 1 <= int(size[:-1]) <= 100):
-            raise _UsageError(f"{flag} {size!r}: give a tmpfs size like 64M, 8G or 1%-100%")
+            raise ArgumentError(None, f"{flag} {size!r}: give a tmpfs size like 64M, 8G or 1%-100%")
     if not args.shm_small.endswith("%") and shm_size_bytes(args.shm_small) < (1 << 20):
-        raise _UsageError("--shm-small must be at least 1M")
+        raise ArgumentError(None, "--shm-small must be at least 1M")
     if (
         not args.shm_small.endswith("%")
         and not args.shm_large.endswith("%")
         and shm_size_bytes(args.shm_small) >= shm_size_bytes(args.shm_large)  # type: ignore[operator]
     ):
-        raise _UsageError("--shm-small must be smaller than --shm-large")
+        raise ArgumentError(None, "--shm-small must be smaller than --shm-large")
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
-        raise _UsageError(f"--python {args.python}: not an executable file")
+        raise ArgumentError(None, f"--python {args.python}: not an executable file")
     for flag, path in (
         ("--pillow-wheel", args.pillow_wheel),
         ("--pillow-simd-wheel", args.pillow_simd_wheel),
     ):
         if path and not os.path.exists(path):
-            raise _UsageError(f"{flag} {path}: no such file or folder")
-    from hostcheck.outfile import paths_error
-
+            raise ArgumentError(None, f"{flag} {path}: no such file or folder")
     bad_path = paths_error([("--json", args.json), ("--png", args.png), ("--advice-file", args.advice_file)])
     if bad_path:
-        raise _UsageError(bad_path)
+        raise ArgumentError(None, bad_path)
     if args.advice_file:
         args.apply_advice = True
     return args
@@ -196,15 +176,16 @@ def default_workdir() -> str:
     return os.path.join(cache, "hostcheck", "bench")
 
 
-def _explicit_wheel(path: str | None, dist: str, flag: str, tag: str, machine: str) -> str | None:
-    from hostcheck.bench.discover import find_wheels
-    from hostcheck.bench.plan import pick_wheel
+def _names(values: list[str] | None) -> tuple[str, ...]:
+    return tuple(x.strip() for v in values or [] for x in v.split(",") if x.strip())
 
+
+def _explicit_wheel(path: str | None, dist: str, flag: str, tag: str, machine: str) -> str | None:
     if not path:
         return None
-    wheel = pick_wheel(find_wheels([path], ()), dist, tag, machine)
+    wheel = pick_wheel(discover.find_wheels([path], ()), dist, tag, machine)
     if not wheel:
-        raise _UsageError(f"{flag} {path}: no {dist} wheel for {tag} on {machine} there")
+        raise ArgumentError(None, f"{flag} {path}: no {dist} wheel for {tag} on {machine} there")
     return wheel
 
 
@@ -228,13 +209,6 @@ class _EnvError(Exception):
 
 
 def _setup(args: argparse.Namespace, say: Callable[[str], None]) -> _Setup:
-    from hostcheck.bench import discover
-    from hostcheck.bench.plan import BenchEnv
-    from hostcheck.bench.run import Context, base_environment, probe_python, pythonpath_root
-    from hostcheck.gather.base import read_text
-    from hostcheck.gather.facts import gather_facts
-    from hostcheck.gather.torchinfo import choose_python
-
     facts = gather_facts(args.facts_dir)
     python, source = choose_python(args.python, facts)
     workdir = os.path.abspath(args.workdir or default_workdir())
@@ -242,7 +216,7 @@ def _setup(args: argparse.Namespace, say: Callable[[str], None]) -> _Setup:
         os.makedirs(workdir, exist_ok=True)
     except OSError as exc:
         if args.workdir:
-            raise _UsageError(f"--workdir {workdir}: {exc}") from None
+            raise ArgumentError(None, f"--workdir {workdir}: {exc}") from None
         workdir = os.path.join(tempfile.gettempdir(), f"hostcheck-bench-{os.getuid()}")
         os.makedirs(workdir, exist_ok=True)
     base_env, stripped = base_environment()
@@ -278,9 +252,7 @@ def _setup(args: argparse.Namespace, say: Callable[[str], None]) -> _Setup:
     return _Setup(python, source, workdir, ctx, probe, system, env, facts, stripped)
 
 
-def _plan_options(args: argparse.Namespace, env: Any) -> Any:
-    from hostcheck.bench.plan import PlanOptions
-
+def _plan_options(args: argparse.Namespace, env: Any) -> PlanOptions:
     tag, machine = env.python_tag, env.machine
     return PlanOptions(
         only=args.only,
@@ -299,13 +271,11 @@ def _plan_options(args: argparse.Namespace, env: Any) -> Any:
     )
 
 
-def _main(argv: list[str]) -> int:
-    from hostcheck.bench.plan import build_plan
-    from hostcheck.report import now_iso
-
+def run(args: argparse.Namespace) -> int:
+    """``hostcheck bench``: probe the training Python, plan, run, report."""
     started = time.monotonic()
     when = now_iso()
-    args = validate(build_parser().parse_args(argv))
+    args = validate(args)
 
     def say(s: str) -> None:
         if not args.quiet:
@@ -320,9 +290,6 @@ def _main(argv: list[str]) -> int:
     if args.list:
         sys.stdout.write(_render_plan(plan, args))
         return EXIT_OK
-
-    from hostcheck.bench.advice import advise
-    from hostcheck.bench.run import run_plan
 
     total = plan.runs(args.pairs, args.warmup_pairs)
     est = estimate_s(plan, total, float(setup.probe.get("wall_s") or 2.0), setup.env.cpus)
@@ -356,10 +323,6 @@ def estimate_s(plan: Any, runs: int, startup_s: float, cpus: int) -> float:
 
 
 def _document(args, setup: _Setup, plan, bench, adv, when: str, duration: float) -> dict[str, Any]:
-    from hostcheck.bench.plan import recommended_workers
-    from hostcheck.bench.proof import describe_pil
-    from hostcheck.bench.render import document
-
     probe, system, env = setup.probe, setup.system, setup.env
     torch_info = probe["torch"]
     host = {
@@ -410,10 +373,6 @@ def _document(args, setup: _Setup, plan, bench, adv, when: str, duration: float)
 
 
 def _emit(args, setup: _Setup, plan, bench, adv, doc: dict[str, Any], when: str) -> int:
-    from hostcheck.bench.advice import render_advice
-    from hostcheck.bench.chart import chart_spec, render_png
-    from hostcheck.bench.render import render_json, render_text
-
     host, py = doc["host"], doc["python"]
     advice_text = render_advice(
         adv,
@@ -434,9 +393,9 @@ def _emit(args, setup: _Setup, plan, bench, adv, doc: dict[str, Any], when: str)
         doc["chart"] = {"path": None if why else os.path.abspath(args.png), "error": why}
     try:
         if args.json:
-            _write(args.json, render_json(doc))
+            write_report(args.json, render_json(doc))
         if args.advice_file:
-            _write(args.advice_file, advice_text)
+            write_report(args.advice_file, advice_text)
     except OSError as exc:
         print(f"hostcheck bench: error: writing a report file: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -458,17 +417,9 @@ def _emit(args, setup: _Setup, plan, bench, adv, doc: dict[str, Any], when: str)
     return EXIT_OK
 
 
-def _write(path: str, text: str) -> None:
-    from hostcheck.outfile import write_report
-
-    write_report(path, text)
-
-
 def _system() -> dict[str, Any]:
     """Host facts from hostcheck's system gatherer (no kernel log); {} when it fails."""
     try:
-        from hostcheck.gather.system import gather_system
-
         s = gather_system(read_kernel_log=False)
     except Exception:
         return {}

@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hostcheck.workload.probes import recommended_workers
-
 TUNINGS = ("pillow", "allocator", "threads", "workers", "pin_memory", "persistent_workers", "shm")
 
 #: PyTorch's CPU performance tuning guide (and Intel's) MALLOC_CONF for jemalloc.
@@ -524,6 +522,14 @@ def _threads_group(env: BenchEnv, train: dict) -> Group:
             )
         )
     return Group("threads/train", "threads", "train", _train_title(train), train, tuple(variants))
+
+
+# Also hostcheck/inside/fixtures.py's (the workload probe runs by path and cannot import this side, and this
+# side imports nothing of hostcheck.inside): test_bench_plan pins the two to one rule.
+def recommended_workers(cpus: int, gpus: int) -> int:
+    """The usual rule: the CPUs per GPU, less one for the training process, at most 8, at least 1."""
+    per_gpu = max(1, cpus // max(1, gpus))
+    return max(1, min(8, per_gpu - 1))
 
 
 def worker_counts(env: BenchEnv) -> list[int]:

@@ -1,13 +1,17 @@
 """Run a plan: one long-lived worker process of the training Python per variant of a group, rounds
 interleaved, results as data.
 
-Each worker (``python -m hostcheck.bench.worker --serve``, hostcheck.bench.server) gets a clean environment
+Each worker (``python -m hostcheck.inside.bench_worker --serve``, hostcheck.child.session) gets a clean environment
 (the tuning variables hostcheck itself was started with are removed and reported, then the variant's own are
 set), PYTHONPATH with any PIL overlay first and hostcheck after it, and the ``unshare`` wrapper of a /dev/shm
 variant. It proves what it got in its hello line and in every answer; each measurement has a hard timeout
 that kills the worker's process group. A worker that crashes, hangs or prints nonsense becomes an error for
 its variant; the other variants and groups go on. Every group's workers are ended when the group ends, fails
-or is interrupted. The probe, the JPEG writer and the chart are one-shot children (runner.run_child).
+or is interrupted. The probe, the JPEG writer and the chart are one-shot children (launch.run_child); every
+process, worker or one-shot, starts through hostcheck.child.launch, so its kill_all() (SIGINT/SIGTERM) ends them all.
+
+Why one module: the group of workers, the interleaved rounds and the per-answer proofs share one state (which
+worker is usable, which variant failed and why); split, each part would need the others' private state.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from typing import Any, Callable
 from hostcheck.bench import proof
 from hostcheck.bench.discover import avx2_instructions
 from hostcheck.bench.plan import Group, Plan, Variant
-from hostcheck.bench.server import CLOSE_GRACE_S, Server, close_all
 from hostcheck.bench.stats import HELPS, HURTS, Summary, schedule, summarize
-from hostcheck.workload.runner import ProbeRun, child_env, run_child
+from hostcheck.child.launch import ProbeRun, child_env, run_child
+from hostcheck.child.session import CLOSE_GRACE_S, Server, close_all
 
 #: Tuning variables never inherited by a child: each variant sets its own (docs/bench.md).
 STRIP_KEYS = ("LD_PRELOAD", "MALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -49,7 +53,7 @@ def default_launcher(argv: list, env: dict, timeout: float, name: str) -> ProbeR
 
 
 #: (argv, env, name) -> a started worker with hello(timeout), request(cfg, timeout), end_input(),
-#: close(grace), info() (hostcheck.bench.server.Server); tests inject fakes.
+#: close(grace), info() (hostcheck.child.session.Server); tests inject fakes.
 ServerLauncher = Callable[[list, dict, str], Any]
 
 
@@ -106,7 +110,7 @@ class Context:
 def worker_argv(
     python: str, cfg: dict[str, Any], shm_size: str | None = None, serve: bool = False
 ) -> list[str]:
-    argv = [python, "-m", "hostcheck.bench.worker", *(["--serve"] if serve else [])]
+    argv = [python, "-m", "hostcheck.inside.bench_worker", *(["--serve"] if serve else [])]
     argv.append(json.dumps(cfg, sort_keys=True))
     if shm_size:
         wrap = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SHM_SCRIPT, "sh"]

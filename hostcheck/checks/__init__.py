@@ -5,5 +5,12 @@ with ``@check("<category>.E<nnn>", "Title", weight=..., needs=(...))`` and impor
 """
 
 from hostcheck.checks import gpu, system, torch, tuning, workload
+from hostcheck.registry import Check, registered
 
-__all__ = ["gpu", "system", "torch", "tuning", "workload"]
+
+def all_checks() -> list[Check]:
+    """Every built-in check, in report order."""
+    return registered()
+
+
+__all__ = ["all_checks", "gpu", "system", "torch", "tuning", "workload"]

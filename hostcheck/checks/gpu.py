@@ -25,7 +25,7 @@ from hostcheck.gather.nvml import (
 from hostcheck.registry import Outcome, Status, check, errored, failed, passed, skipped, warned
 
 TEMP_WARN_C = 80
-TEMP_FAIL_C = 84  # Meta GCM's critical temperature (FIELD.md)
+TEMP_FAIL_C = 84  # Meta GCM's critical GPU temperature (facebookresearch/gcm health checks)
 RETIRED_PAGES_FAIL = 60  # NVIDIA's RMA guidance: 60+ retired pages
 #: XIDs that mean hardware or driver trouble (others, e.g. 13/31/43, are usually the application's).
 XID_CRITICAL = {

@@ -2,46 +2,27 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hostcheck.gather.base import CRASHED, TIMEOUT, Unavailable
+from hostcheck.gather.base import CRASHED, TIMEOUT, Unavailable, read_text
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
 from hostcheck.gather.system import SystemSnapshot, gather_system
 from hostcheck.gather.torchinfo import TorchSnapshot, choose_python, gather_torch
-from hostcheck.gather.tuning import DEFAULT_ENV_FILE, DEFAULT_SERVICES_OFF, TuningSnapshot, gather_tuning
+from hostcheck.gather.tuning import (
+    DEFAULT_ENV_FILE,
+    DEFAULT_SERVICES_OFF,
+    TuningSnapshot,
+    gather_tuning,
+    parse_env_file,
+)
+from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
+from hostcheck.registry import call_with_timeout
 
-GATHERERS = ("facts", "system", "nvml", "torch", "tuning")
-
-
-@dataclass(frozen=True)
-class ExtraGatherer:
-    """A gatherer added by another module (the workload checks): ``fn(options, parts) -> value``.
-
-    ``parts`` holds what the core gatherers found ("facts", "nvml", "torch", ...); the value lands in
-    ``Snapshot.extra[name]`` and checks that name it in ``needs`` read it from there.
-    """
-
-    name: str
-    fn: Callable[[Any, dict[str, Any]], Any]
-    #: Seconds, or a function of the run's Options giving them (a bound that follows the timeout options).
-    timeout_s: float | Callable[[Any], float] = 600.0
-
-    def limit(self, options: Any) -> float:
-        return float(self.timeout_s(options) if callable(self.timeout_s) else self.timeout_s)
-
-
-EXTRA_GATHERERS: dict[str, ExtraGatherer] = {}
-
-
-def register_gatherer(
-    name: str, fn: Callable[[Any, dict[str, Any]], Any], timeout_s: float | Callable[[Any], float] = 600.0
-) -> None:
-    if name in GATHERERS:
-        raise ValueError(f"{name} is a core gatherer")
-    EXTRA_GATHERERS[name] = ExtraGatherer(name, fn, timeout_s)
+GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload")
 
 
 @dataclass(frozen=True)
@@ -52,7 +33,7 @@ class Options:
     env_file: str | None = None
     torch_timeout_s: float = 90.0
     gather_timeout_s: float = 60.0
-    # Workload (hostcheck.workload.integration reads these).
+    # Workload (hostcheck.gather.workload reads these).
     burn: float = 0.0
     nnodes: str | None = None
     rdzv_endpoint: str | None = None
@@ -60,6 +41,10 @@ class Options:
     nproc_per_node: int | None = None
     workload_timeout_s: float = 180.0
     rdzv_timeout_s: float = 300.0
+    workload_device: str = "auto"
+    workload_sections: tuple[str, ...] = DEFAULT_SECTIONS
+    #: Per-section arguments for the probes (sizes, durations), e.g. {"matmul": {"n": 8192}}.
+    workload_section_args: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +57,8 @@ class Snapshot:
     nvml: NvmlSnapshot | None = None
     torch: TorchSnapshot | None = None
     tuning: TuningSnapshot | None = None
-    #: Values of the extra gatherers (register_gatherer), by name; an exception or timeout is an Unavailable.
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: The workload run (hostcheck.gather.workload), or why there is none.
+    workload: WorkloadRun | Unavailable | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -84,8 +69,6 @@ class Snapshot:
 def _timed(
     name: str, fn: Callable[[], Any], timeout: float, fallback: Callable[[Unavailable], Any], timings: dict
 ) -> Any:
-    from hostcheck.registry import call_with_timeout
-
     start = time.monotonic()
     finished, value = call_with_timeout(fn, timeout)
     timings[name] = round(time.monotonic() - start, 3)
@@ -97,9 +80,8 @@ def _timed(
 
 
 def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHERERS)) -> Snapshot:
-    """Run the gatherers the selected checks need; the torch probe runs beside system and tuning."""
-    import threading
-
+    """Run the gatherers the selected checks need; the torch probe and the workload run beside system and
+    tuning."""
     timings: dict[str, float] = {}
     facts = gather_facts(options.facts_dir)
     env_file = options.env_file or facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
@@ -133,22 +115,19 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     if "torch" in needs:
         threads.append(threading.Thread(target=do_torch, daemon=True))
         threads[-1].start()
-    # Extra gatherers (the workload) start now, beside the torch probe, so torch's import is not paid twice
-    # in a row; they see facts and NVML (the training Python is chosen from the same facts).
-    extra: dict[str, Any] = {}
-    early = {"facts": facts, **results}
 
-    def do_extra(g: ExtraGatherer) -> None:
-        extra[g.name] = _timed(
-            g.name, lambda: g.fn(options, dict(early)), g.limit(options), lambda u: u, timings
-        )
+    # The workload starts now, beside the torch probe, so torch's import is not paid twice in a row; it runs
+    # in the same training Python with the same environment file.
+    def do_workload() -> None:
+        def run() -> WorkloadRun:
+            python, _ = choose_python(options.python, facts)
+            return gather_for(options, python, gather_tuning_env(env_file))
 
-    extra_threads = [
-        threading.Thread(target=do_extra, args=(EXTRA_GATHERERS[n],), daemon=True)
-        for n in sorted(set(needs) & set(EXTRA_GATHERERS))
-    ]
-    for t in extra_threads:
-        t.start()
+        results["workload"] = _timed("workload", run, gather_limit(options), lambda u: u, timings)
+
+    if "workload" in needs:
+        threads.append(threading.Thread(target=do_workload, daemon=True))
+        threads[-1].start()
     if "system" in needs:
         results["system"] = _timed(
             "system", gather_system, options.gather_timeout_s, lambda u: SystemSnapshot(), timings
@@ -163,12 +142,11 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             timings,
         )
     for t in threads:
-        t.join(options.torch_timeout_s + 10)
+        t.join()  # each is bounded by its own _timed timeout
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
         results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))
-    results["facts"] = facts
-    for t in extra_threads:
-        t.join()  # each gatherer is bounded by its own _timed timeout
+    if "workload" in needs and "workload" not in results:
+        results["workload"] = Unavailable(CRASHED, "the workload gatherer did not come back")
     return Snapshot(
         options=options,
         facts=facts,
@@ -176,25 +154,14 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         nvml=results.get("nvml"),
         torch=results.get("torch"),
         tuning=results.get("tuning"),
-        extra=extra,
+        workload=results.get("workload"),
         timings=timings,
     )
 
 
 def gather_tuning_env(env_file: str) -> dict[str, str]:
-    from hostcheck.gather.base import read_text
-    from hostcheck.gather.tuning import parse_env_file
-
     text = read_text(env_file)
     return parse_env_file(text) if isinstance(text, str) else {}
 
 
-__all__ = [
-    "DEFAULT_SERVICES_OFF",
-    "EXTRA_GATHERERS",
-    "GATHERERS",
-    "Options",
-    "Snapshot",
-    "gather",
-    "register_gatherer",
-]
+__all__ = ["DEFAULT_SERVICES_OFF", "GATHERERS", "Options", "Snapshot", "gather"]

@@ -8,8 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 from hostcheck.gather.base import (
     ERROR,
@@ -22,6 +21,10 @@ from hostcheck.gather.base import (
     Unavailable,
     read_text,
 )
+from hostcheck.gather.gpuinfo import GpuInfo, GpuProcess, NvmlSnapshot, Val, as_text, normalise_bus_id
+from hostcheck.gather.smi import gather_smi
+
+__all__ = ["GpuInfo", "GpuProcess", "NvmlSnapshot", "gather_nvml", "normalise_bus_id", "nvml_unavailable"]
 
 # NVML return codes (nvml.h) -> (kind, words)
 _NVML_ERRORS = {
@@ -59,8 +62,6 @@ CLOCK_REASON_NAMES = {
     CLOCK_HW_POWER_BRAKE: "hw_power_brake_slowdown",
 }
 
-Val = Union[Any, Unavailable]
-
 
 def nvml_return_words(code: int) -> str:
     """An NVML return code (e.g. a fabric probe's status) in words."""
@@ -77,89 +78,6 @@ def nvml_unavailable(exc: BaseException) -> Unavailable:
     return Unavailable(ERROR, f"{type(exc).__name__}: {exc}")
 
 
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    name: str
-    used_bytes: int | None
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    index: int
-    name: Val = None
-    uuid: Val = None
-    pci_bus_id: Val = None
-    compute_capability: Val = None  # (major, minor)
-    memory_total_bytes: Val = None
-    ecc_current: Val = None
-    ecc_pending: Val = None
-    ecc_uncorrected_volatile: Val = None
-    ecc_uncorrected_aggregate: Val = None
-    remapped_rows: Val = None  # (correctable, uncorrectable, pending: bool, failure: bool)
-    retired_pages_dbe: Val = None
-    retired_pages_sbe: Val = None
-    retired_pages_pending: Val = None
-    pcie_gen_current: Val = None
-    pcie_gen_max: Val = None
-    pcie_width_current: Val = None
-    pcie_width_max: Val = None
-    clock_event_reasons: Val = None
-    temperature_c: Val = None
-    slowdown_temperature_c: Val = None
-    persistence_mode: Val = None
-    numa_node: Val = None
-    processes: Val = ()
-    #: NVML fabric probe (Hopper and later): (state, status), NVML_GPU_FABRIC_STATE_* and an NVML return code.
-    fabric: Val = None
-    #: Set when the device handle itself could not be obtained (GPU lost): all other fields are unknown.
-    handle_error: Unavailable | None = None
-
-    @property
-    def lost(self) -> Unavailable | None:
-        """The first 'GPU is lost' answer from any call for this GPU: it fell off the bus mid-run."""
-        if self.handle_error is not None and self.handle_error.kind == GPU_LOST:
-            return self.handle_error
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, Unavailable) and v.kind == GPU_LOST:
-                return v
-        return None
-
-
-@dataclass(frozen=True)
-class NvmlSnapshot:
-    #: None when NVML initialised; otherwise why not (not installed, no driver, mismatch...).
-    error: Unavailable | None = None
-    driver_version: Val = None
-    cuda_driver_version: Val = None  # e.g. 13000 for CUDA 13.0
-    nvml_version: Val = None
-    device_count: Val = 0
-    gpus: tuple[GpuInfo, ...] = ()
-    #: "nvml" (nvidia-ml-py) or "nvidia-smi" (the fallback when nvidia-ml-py is not installed)
-    source: str = "nvml"
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def _s(v: Any) -> Any:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
-
-
-def normalise_bus_id(bus_id: str) -> str:
-    """NVML's ``00000000:17:00.0`` -> sysfs/kernel-log style ``0000:17:00.0`` (lower case)."""
-    bus_id = _s(bus_id).strip().lower()
-    parts = bus_id.split(":")
-    if len(parts) == 3:
-        try:
-            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
-        except ValueError:
-            return bus_id
-    return bus_id
-
-
 def load_pynvml() -> Any:
     import pynvml  # nvidia-ml-py; lazy so hostcheck runs without it
 
@@ -167,8 +85,6 @@ def load_pynvml() -> Any:
 
 
 def _smi_fallback() -> NvmlSnapshot:
-    from hostcheck.gather.smi import gather_smi
-
     return gather_smi()
 
 
@@ -224,9 +140,9 @@ def _gather_initialised(nvml: Any, proc_name: Callable[[int], str]) -> NvmlSnaps
             gpus.append(_gather_gpu(nvml, i, proc_name))
     return NvmlSnapshot(
         error=None,
-        driver_version=_s(driver),
+        driver_version=as_text(driver),
         cuda_driver_version=cuda,
-        nvml_version=_s(nvml_v),
+        nvml_version=as_text(nvml_v),
         device_count=count,
         gpus=tuple(gpus),
     )
@@ -280,8 +196,8 @@ def _gather_gpu(nvml: Any, i: int, proc_name: Callable[[int], str]) -> GpuInfo:
         )
     return GpuInfo(
         index=i,
-        name=_s(get("nvmlDeviceGetName")),
-        uuid=_s(get("nvmlDeviceGetUUID")),
+        name=as_text(get("nvmlDeviceGetName")),
+        uuid=as_text(get("nvmlDeviceGetUUID")),
         pci_bus_id=bus_id,
         compute_capability=cap,
         memory_total_bytes=mem_total,
@@ -302,9 +218,32 @@ def _gather_gpu(nvml: Any, i: int, proc_name: Callable[[int], str]) -> GpuInfo:
         slowdown_temperature_c=get("nvmlDeviceGetTemperatureThreshold", 1),  # THRESHOLD_SLOWDOWN
         persistence_mode=_bool(pm),
         numa_node=numa,
+        nvlink_active=_nvlinks(nvml, h),
         processes=procs,
         fabric=_fabric(nvml, h),
     )
+
+
+#: NVML_NVLINK_MAX_LINKS (nvml.h): links are numbered 0 to 17.
+NVLINK_MAX_LINKS = 18
+
+
+def _nvlinks(nvml: Any, h: Any) -> Val:
+    """Active NVLink links: a link whose state is NVML_FEATURE_ENABLED (1). No answer for link 0 means the GPU
+    has none (0; NOT_SUPPORTED on a PCIe-only GPU) unless the GPU is lost; no answer for a later link ends the
+    count."""
+    fn = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
+    if fn is None:
+        return Unavailable(NOT_SUPPORTED, "nvmlDeviceGetNvLinkState not in this nvidia-ml-py")
+    n = 0
+    for link in range(NVLINK_MAX_LINKS):
+        state = _call(fn, h, link)
+        if isinstance(state, Unavailable):
+            if link == 0:
+                return state if state.kind == GPU_LOST else 0
+            break
+        n += int(state) == 1
+    return n
 
 
 def _fabric(nvml: Any, h: Any) -> Val:

@@ -22,7 +22,7 @@ from hostcheck.gather.base import (
     read_text,
     run_cmd,
 )
-from hostcheck.gather.nvml import GpuInfo, GpuProcess, NvmlSnapshot, normalise_bus_id
+from hostcheck.gather.gpuinfo import GpuInfo, GpuProcess, NvmlSnapshot, normalise_bus_id
 
 GPU_FIELDS = (
     "index",

@@ -64,7 +64,9 @@ def choose_python(explicit: str | None, facts: Any) -> tuple[str, str]:
 
 
 def probe_source() -> str:
-    with open(os.path.join(os.path.dirname(__file__), "_probe.py"), encoding="utf-8") as f:
+    with open(
+        os.path.join(os.path.dirname(os.path.dirname(__file__)), "inside", "probe.py"), encoding="utf-8"
+    ) as f:
         return f.read()
 
 
@@ -86,7 +88,7 @@ def gather_torch(
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if not with_torch:
         env["HOSTCHECK_PROBE_NO_TORCH"] = "1"
-    from hostcheck.workload.runner import run_child
+    from hostcheck.child.launch import run_child
 
     # The one launcher: its own session, killed with its group at the deadline, swept on SIGINT/SIGTERM.
     run = run_child([python, "-c", probe_source()], timeout_s, name="torch probe", env=env, marker=MARKER)
@@ -94,8 +96,8 @@ def gather_torch(
 
 
 def probe_snapshot(run: Any, python: str, python_source: str = "", timeout_s: float = 0.0) -> TorchSnapshot:
-    """The probe's last record, or why there is none (``run``: a ProbeRun of hostcheck.workload.runner)."""
-    from hostcheck.workload.runner import describe_rc
+    """The probe's last record, or why there is none (``run``: a ProbeRun of hostcheck.child.launch)."""
+    from hostcheck.child.launch import describe_rc
 
     results = [r for r in run.records if "phase" not in r]
     if results:

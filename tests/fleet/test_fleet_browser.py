@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from hostcheck import fleet
+from hostcheck import command
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/test installs it)")
@@ -54,7 +54,9 @@ def _reports(tmp_path):
 
 def test_fleet_page_shows_counts_worst_first_and_fixes(tmp_path):
     d = _reports(tmp_path)
-    assert fleet.main([str(d), "--out", str(tmp_path), "--expect", "gpu001", "gpu002", "gpu003"]) == 1
+    assert (
+        command.main(["fleet", str(d), "--out", str(tmp_path), "--expect", "gpu001", "gpu002", "gpu003"]) == 1
+    )
     page = tmp_path / "fleet.html"
     dom = subprocess.run(
         [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],

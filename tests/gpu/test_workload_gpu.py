@@ -14,9 +14,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hostcheck.workload import api, probes  # noqa: E402
-from hostcheck.workload import judge as J  # noqa: E402
-from hostcheck.workload import sku as S  # noqa: E402
+from hostcheck.checks import all_checks  # noqa: E402
+from hostcheck.checks.workload import judge as J  # noqa: E402
+from hostcheck.checks.workload import sku as S  # noqa: E402
+from hostcheck.gather import Options, gather  # noqa: E402
+from hostcheck.gather import workload as api  # noqa: E402
+from hostcheck.inside import workload as probes  # noqa: E402
+from hostcheck.registry import run_checks, select  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -26,6 +30,11 @@ pytestmark = [
 
 def by_id(findings):
     return {f.id: f for f in findings}
+
+
+def judge(snapshot):
+    """The workload checks of a snapshot, as hostcheck runs them."""
+    return run_checks(select(all_checks(), only=["workload"]), snapshot)
 
 
 def test_matmul_probe_measures_every_dtype_on_every_gpu():
@@ -91,9 +100,8 @@ def test_ddp_nccl_on_every_local_gpu():
 def test_default_run_end_to_end_within_budget():
     """The issue's budget: the whole default run on a 1-GPU H100 node in at most 25 s, import torch included."""
     t0 = time.monotonic()
-    gpus = api.gpus_from_nvml()
-    run = api.gather_workload(sys.executable)
-    findings = api.judge_workload(run, gpus)
+    snapshot = gather(Options(python=sys.executable), {"nvml", "workload"})
+    findings = judge(snapshot)
     wall = time.monotonic() - t0
     f = by_id(findings)
     errors = [x for x in findings if x.status == "error"]
@@ -117,11 +125,14 @@ def test_burn_probe_short():
 
 def test_multinode_path_through_torchrun_on_one_node():
     """The multi-node check's launcher (torchrun, c10d rendezvous) with --nnodes 1 on this node."""
-    from hostcheck.workload.runner import free_port
+    from hostcheck.child.launch import free_port
 
     mn = api.MultiNode(nnodes="1", rdzv_endpoint=f"127.0.0.1:{free_port()}", timeout=240)
     r = api.launch_multinode(sys.executable, mn, {})
     assert r.ok, (r.error, r.stderr_tail)
-    f = api.judge_multinode(api.WorkloadRun(multinode=(r,), multinode_requested=True))
+    from hostcheck.gather import Snapshot
+
+    run = api.WorkloadRun(multinode=(r,), multinode_requested=True)
+    f = by_id(judge(Snapshot(workload=run)))["workload.E014"]
     assert f.status == "pass", f
     assert len(r.records) == torch.cuda.device_count()

@@ -1,16 +1,27 @@
-"""`hostcheck bench`: usage errors exit 2, the dispatch from `hostcheck`, and one real tiny run in this venv."""
+"""`hostcheck bench`: usage errors exit 2, the subcommand of `hostcheck`, and one real tiny run in this venv."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 import pytest
 
-from hostcheck import cli as main_cli
+from hostcheck import command
 from hostcheck.bench import BENCH_SCHEMA_VERSION, cli
-from hostcheck.workload.runner import MARKER
+from hostcheck.child.launch import MARKER
+
+
+def bench(argv: list[str]) -> int:
+    """`hostcheck bench ARGV`, in this process."""
+    return command.main(["bench", *argv])
+
+
+def bench_args(*argv: str):
+    """The options `hostcheck bench ARGV` hands to bench, validated."""
+    return cli.validate(command.parse(["bench", *argv]).args)
 
 
 @pytest.mark.parametrize(
@@ -34,18 +45,18 @@ from hostcheck.workload.runner import MARKER
     ],
 )
 def test_usage_errors_exit_2(argv, needle, capsys):
-    assert cli.main(argv) == 2
+    assert bench(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("hostcheck bench: error: ") and needle in err
 
 
 def test_hostcheck_dispatches_bench(capsys):
-    assert main_cli.main(["bench", "--pairs", "0"]) == 2
+    assert command.main(["bench", "--pairs", "0"]) == 2
     assert "hostcheck bench: error: --pairs" in capsys.readouterr().err
-    assert main_cli.main(["bench", "--help"]) == 0
+    assert command.main(["bench", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: hostcheck bench") and "--apply-advice" in out
-    main_cli.main(["--help"])
+    command.main(["--help"])
     assert "hostcheck bench" in capsys.readouterr().out
 
 
@@ -66,15 +77,15 @@ def test_a_training_python_that_cannot_run_the_bench_is_an_environment_error(tmp
     py = tmp_path / "python"
     py.write_text(FAKE.format(exe=sys.executable, mode=mode, marker=MARKER))
     py.chmod(0o755)
-    rc = cli.main(["--python", str(py), "--workdir", str(tmp_path / "w"), "--facts-dir", str(tmp_path), "-q"])
+    rc = bench(["--python", str(py), "--workdir", str(tmp_path / "w"), "--facts-dir", str(tmp_path), "-q"])
     assert rc == 2
     assert needle in capsys.readouterr().err
 
 
 def test_quick_fills_its_defaults_and_explicit_values_win():
-    args = cli.validate(cli.build_parser().parse_args(["--quick", "--pairs", "4"]))
+    args = bench_args("--quick", "--pairs", "4")
     assert (args.pairs, args.warmup_pairs, args.images) == (4, 1, 128)
-    args = cli.validate(cli.build_parser().parse_args(["--advice-file", "/tmp/x.yml"]))
+    args = bench_args("--advice-file", "/tmp/x.yml")
     assert (args.pairs, args.warmup_pairs, args.images, args.apply_advice) == (
         cli.DEFAULTS["pairs"],
         1,
@@ -82,7 +93,7 @@ def test_quick_fills_its_defaults_and_explicit_values_win():
         True,
     )
     assert cli.DEFAULTS["pairs"] >= 5 and cli.QUICK["pairs"] < cli.DEFAULTS["pairs"]
-    args = cli.validate(cli.build_parser().parse_args(["--warmup-pairs", "0"]))
+    args = bench_args("--warmup-pairs", "0")
     assert args.warmup_pairs == 0
 
 
@@ -103,7 +114,7 @@ def test_real_tiny_bench_in_this_venv(tmp_path, capsys):
         str(tmp_path),
     ]
     argv += ["--json", str(out_json), "--png", str(out_png), "--advice-file", str(advice), "-q"]
-    assert cli.main(argv) == 0
+    assert bench(argv) == 0
     text = capsys.readouterr().out
     assert "tuning" in text and "verdict" in text and "too few pairs" in text
     doc = json.loads(out_json.read_text())
@@ -161,19 +172,34 @@ def test_list_prints_the_runs_and_the_worker_processes():
     assert cli.estimate_s(plan, 30, 2.0, cpus=2) == pytest.approx(30 * cli.RUN_S + 3 * 2.0 / 2 + 2 * 2.0 / 2)
 
 
-def test_sigterm_is_handled_like_ctrl_c_and_the_old_handler_comes_back(monkeypatch, capsys):
-    import os
-    import signal
-
-    from hostcheck.bench import cli as bench_cli
-
+def test_sigterm_ends_the_bench_through_the_command_wrapper_and_the_old_handler_comes_back(
+    monkeypatch, capsys, tmp_path
+):
+    """bench gets hostcheck's signal handling: 143, one line, the previous SIGTERM handler restored."""
     before = signal.getsignal(signal.SIGTERM)
 
-    def killed(argv):
+    def killed(facts_dir):
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not interrupt")
 
-    monkeypatch.setattr(bench_cli, "_main", killed)
-    assert bench_cli.main(["--quick"]) == 2
-    assert "interrupted" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "gather_facts", killed)
+    assert bench(["--quick", "--workdir", str(tmp_path)]) == 143
+    err = capsys.readouterr().err
+    assert "hostcheck bench: interrupted by SIGTERM" in err and "Traceback" not in err
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.parametrize("where", [["bench", "--debug"], ["--debug", "bench"]])
+def test_debug_shows_the_traceback_of_an_internal_error_in_bench(where, monkeypatch, capsys, tmp_path):
+    def broken(facts_dir):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(cli, "gather_facts", broken)
+    argv = ["--quick", "--workdir", str(tmp_path)]
+    assert command.main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "hostcheck bench: internal error: RuntimeError: kaput (re-run with --debug)" in err
+    assert "Traceback" not in err
+    assert command.main([*where, *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and 'raise RuntimeError("kaput")' in err and "internal error" in err

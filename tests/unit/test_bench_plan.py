@@ -264,3 +264,39 @@ def test_find_wheels_looks_two_levels_down(tmp_path):
     assert found == (str(w),)
     assert D.find_wheels([str(w)], (str(tmp_path),)) == (str(w),)  # no duplicates
     assert D.find_wheels([], (os.path.join(str(tmp_path), "missing"),)) == ()
+
+
+def test_recommended_workers_is_one_rule_on_both_sides():
+    """The planner's rule and the training-side one (hostcheck.inside.fixtures, which the workload probe loads
+    by path) must agree; the orchestrator imports nothing of hostcheck.inside, so only this test sees both."""
+    from hostcheck.inside import fixtures
+
+    cases = {(2, 1): 1, (16, 1): 8, (96, 8): 8, (32, 8): 3, (1, 0): 1}
+    assert {k: P.recommended_workers(*k) for k in cases} == cases
+    for cpus in range(0, 130):
+        for gpus in range(0, 9):
+            assert P.recommended_workers(cpus, gpus) == fixtures.recommended_workers(cpus, gpus), (cpus, gpus)
+
+
+def test_the_bench_and_the_launcher_import_nothing_of_hostcheck_inside():
+    """Import direction: hostcheck.inside runs in the training Python (by path, or with hostcheck on its
+    PYTHONPATH); the orchestrator's modules must not import it. Checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import hostcheck.bench.plan, hostcheck.bench.discover, hostcheck.bench.run, "
+        "hostcheck.bench.proof, hostcheck.bench.chart, hostcheck.child.launch, hostcheck.child.session, "
+        "hostcheck.gather.torchinfo; print(sorted(m for m in sys.modules if m.startswith('hostcheck.inside')))"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=root),
+        cwd="/",
+        timeout=60,
+        check=True,
+    )
+    assert p.stdout.strip() == "[]"

@@ -17,7 +17,7 @@ from hostcheck.bench import proof
 from hostcheck.bench import run as R
 from hostcheck.bench.plan import Group, Plan, Variant
 from hostcheck.bench.stats import HELPS, HURTS
-from hostcheck.workload.runner import MARKER, ProbeRun
+from hostcheck.child.launch import MARKER, ProbeRun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JE = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -28,7 +28,7 @@ def ok_record(metric, **extra):
 
 
 class FakeWorker:
-    """An in-process stand-in for hostcheck.bench.server.Server."""
+    """An in-process stand-in for hostcheck.child.session.Server."""
 
     def __init__(self, owner, key, argv, env, name):
         self.owner, self.key, self.argv, self.env, self.name = owner, key, argv, env, name
@@ -279,7 +279,7 @@ def test_a_small_shm_crash_is_a_finding_not_an_error(tmp_path):
     assert argv[argv.index("64M") + 1 :][:4] == [
         "/venv/bin/python",
         "-m",
-        "hostcheck.bench.worker",
+        "hostcheck.inside.bench_worker",
         "--serve",
     ]
     # The DataLoader's error as an answer (the worker lives on): a finding once the workload had started...
@@ -573,12 +573,12 @@ def test_real_worker_serves_requests_until_eof(tmp_path):
     """The real ``--serve`` loop: hello with its proofs, a bad request answered (and served on), a measurement,
     exit 0 at EOF."""
     pytest.importorskip("torch")
-    from hostcheck.bench.server import Server
+    from hostcheck.child.session import Server
 
     argv = [
         sys.executable,
         "-m",
-        "hostcheck.bench.worker",
+        "hostcheck.inside.bench_worker",
         "--serve",
         json.dumps({"expect": {"allocator": "glibc"}}),
     ]
@@ -601,7 +601,7 @@ def test_real_worker_serves_requests_until_eof(tmp_path):
 
 def test_the_answer_channel_keeps_stray_stdout_out_of_the_answers():
     code = (
-        "import os, sys; from hostcheck.bench import worker; out = worker._answer_channel(); "
+        "import os, sys; from hostcheck.inside import bench_worker as worker; out = worker._answer_channel(); "
         "print('noise from print'); os.write(1, b'noise from C\\n'); worker._answer(out, {'ok': True})"
     )
     p = subprocess.run(
@@ -626,7 +626,7 @@ def test_real_worker_refuses_an_allocator_that_did_not_load():
 
     def worker(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "hostcheck.bench.worker", *args],
+            [sys.executable, "-m", "hostcheck.inside.bench_worker", *args],
             capture_output=True,
             text=True,
             env=env,
@@ -659,7 +659,7 @@ def _fake_pil(root, dist, version):
 
 
 def _pil_info(*paths):
-    code = "import json; from hostcheck.bench.worker import pil_info; print(json.dumps(pil_info()))"
+    code = "import json; from hostcheck.inside.bench_worker import pil_info; print(json.dumps(pil_info()))"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, paths), ROOT]))
     p = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/", check=True
@@ -686,8 +686,8 @@ def test_worker_workloads_in_process_on_tiny_sizes(tmp_path):
     """The measuring code itself (the real runs are children; here it runs in the test process)."""
     pytest.importorskip("torch")
     pytest.importorskip("PIL")
-    from hostcheck.bench import worker
-    from hostcheck.workload.probes import write_jpegs
+    from hostcheck.inside import bench_worker as worker
+    from hostcheck.inside.fixtures import write_jpegs
 
     write_jpegs(str(tmp_path), 6, size=(64, 48))
     tiny = {"images_dir": str(tmp_path), "images": 6, "batch": 3, "channels": [4], "size": 16, "crop": 24}
@@ -708,8 +708,57 @@ def test_worker_workloads_in_process_on_tiny_sizes(tmp_path):
     assert probe["torch"]["version"] and probe["tag"].startswith("cp3") and probe["threads"]["torch"] >= 1
 
 
+def test_the_workload_probe_runs_by_path_where_hostcheck_cannot_be_imported(tmp_path):
+    """inside/workload.py is started by path in the training Python, which may lack hostcheck: its shared
+    data and model (inside/fixtures.py, the bench worker's too) come from its own folder. Here every import
+    of hostcheck fails (a sitecustomize), PYTHONPATH holds nothing else and the child starts in /."""
+    pytest.importorskip("torch")
+    pytest.importorskip("PIL")
+    (tmp_path / "sitecustomize.py").write_text('import sys\nsys.modules["hostcheck"] = None\n')
+    args = {"device": "cpu", "images": 8, "batch": 4, "crop": 32, "size": [96, 80], "workers": [0, 1]}
+    path = os.path.join(ROOT, "hostcheck", "inside", "workload.py")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    p = subprocess.run(
+        [sys.executable, path, "dataloader", "--json-args", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=120,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = json.loads(next(x for x in p.stdout.splitlines() if x.startswith(MARKER))[len(MARKER) :])
+    assert rec["ok"], rec
+    data = rec["data"]
+    assert {w: r.get("images") for w, r in data["results"].items()} == {"0": 8, "1": 8}, data
+    assert data["recommended_workers"] >= 1 and data["shm_bytes"]
+    blocked = subprocess.run(
+        [sys.executable, "-c", "import hostcheck"], capture_output=True, env=env, cwd="/", check=False
+    )
+    assert blocked.returncode != 0  # the blocker did block
+
+
+def test_the_bench_worker_reports_its_environment_through_the_environment_probe():
+    """One probe of the environment inside: the bench worker's PIL/allocator/threads readers are
+    hostcheck.inside.probe's, and the records keep their keys."""
+    from hostcheck.inside import bench_worker as worker
+    from hostcheck.inside import fixtures, probe
+
+    assert worker.pil_info is probe.pil_info and worker.threads_info is probe.threads_info
+    assert worker.JpegDataset is fixtures.JpegDataset and worker.shm_bytes is fixtures.shm_bytes
+    alloc = worker.allocator_info([JE, "/usr/lib/libc.so.6", "/opt/lib/libtcmalloc_minimal.so.4"])
+    assert alloc["mapped"] == [JE, "/opt/lib/libtcmalloc_minimal.so.4"]
+    assert set(alloc) == {"mapped", "ld_preload", "malloc_conf"}
+    assert set(worker.pil_info()) >= {"version", "simd", "path", "dists", "owner"}
+    rec = worker.task_probe({})
+    assert {"cpus", "pil", "allocator", "shm_bytes", "env"} <= set(rec)
+    if rec.get("torch"):
+        assert set(rec["threads"]) == {"torch", "omp_env", "openmp", "cpus"}
+
+
 def test_closing_workers_cut_short_by_ctrl_c_kills_them_all():
-    from hostcheck.bench.server import close_all
+    from hostcheck.child.session import close_all
 
     class Slow:
         def __init__(self, interrupt):

@@ -1,7 +1,9 @@
-"""The command line: exit codes, selection, output formats (parsed, not string-matched)."""
+"""The command line (hostcheck.command and its default command, check): exit codes, selection, output formats
+(parsed, not string-matched), signals, the subcommands' wiring."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -14,8 +16,9 @@ import xml.etree.ElementTree as ET
 import hostcheck_scenarios as S
 import pytest
 
-from hostcheck import SCHEMA_VERSION, cli
-from hostcheck.registry import Check, Outcome, Result, Status, all_checks, passed, run_check, select
+from hostcheck import SCHEMA_VERSION, command
+from hostcheck.checks import all_checks
+from hostcheck.registry import Check, Outcome, Result, Status, passed, run_check, select
 from hostcheck.score import score, verdict
 
 SCHEMA = os.path.join(
@@ -44,7 +47,7 @@ def use_scenario(monkeypatch):
 def run_json(capsys, *argv):
     # Scenario snapshots hold no workload run: judge the core (--quick) unless a test selects otherwise.
     quick = [] if any("workload" in a or a in ("--list", "--quick") for a in argv) else ["--quick"]
-    rc = cli.main(["--json", *quick, *argv])
+    rc = command.main(["--json", *quick, *argv])
     return rc, json.loads(capsys.readouterr().out)
 
 
@@ -87,11 +90,11 @@ def test_unhealthy_exit_1(use_scenario, capsys, name):
 def test_fail_level_and_min_score(use_scenario, capsys):
     snap = S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(0, persistence=0)))  # one warning
     use_scenario(snap)
-    assert cli.main(["--quick"]) == 0
-    assert cli.main(["--quick", "--fail-level", "warn"]) == 1
-    assert cli.main(["--quick", "--min-score", "100"]) == 1
+    assert command.main(["--quick"]) == 0
+    assert command.main(["--quick", "--fail-level", "warn"]) == 1
+    assert command.main(["--quick", "--min-score", "100"]) == 1
     use_scenario("pcie_x8")
-    assert cli.main(["--quick", "--fail-level", "none"]) == 0
+    assert command.main(["--quick", "--fail-level", "none"]) == 0
     capsys.readouterr()
 
 
@@ -122,7 +125,7 @@ def test_only_and_skip_limit_checks_and_gatherers(use_scenario, capsys):
 )
 def test_usage_and_environment_errors_exit_2(argv, use_scenario, capsys):
     use_scenario("healthy_8x_h100")
-    assert cli.main(argv) == 2
+    assert command.main(argv) == 2
     assert "hostcheck: error" in capsys.readouterr().err
 
 
@@ -131,20 +134,20 @@ def test_internal_error_exits_2_without_traceback(monkeypatch, capsys):
         raise RuntimeError("kaput")
 
     monkeypatch.setattr("hostcheck.gather.gather", boom)
-    assert cli.main([]) == 2
+    assert command.main([]) == 2
     err = capsys.readouterr().err
     assert "internal error" in err and "Traceback" not in err
 
 
 def test_list(capsys):
-    assert cli.main(["--list"]) == 0
+    assert command.main(["--list"]) == 0
     out = capsys.readouterr().out
     assert all(c.id in out for c in all_checks())
 
 
 def test_options_reach_the_gatherers(use_scenario, capsys, tmp_path):
     seen = use_scenario("healthy_8x_h100")
-    cli.main(["--expect-gpus", "8", "--facts-dir", str(tmp_path), "--torch-timeout", "5"])
+    command.main(["--expect-gpus", "8", "--facts-dir", str(tmp_path), "--torch-timeout", "5"])
     o = seen["options"]
     assert (o.expect_gpus, o.facts_dir, o.torch_timeout_s) == (8, str(tmp_path), 5)
     capsys.readouterr()
@@ -156,9 +159,9 @@ def test_relative_python_path_is_made_absolute(use_scenario, capsys, monkeypatch
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
     seen = use_scenario("healthy_8x_h100")
-    cli.main(["--quick", "--python", "venv/bin/python"])
+    command.main(["--quick", "--python", "venv/bin/python"])
     assert seen["options"].python == str(tmp_path / "venv" / "bin" / "python")
-    cli.main(["--quick", "--python", "python3"])  # a bare name is looked up on PATH
+    command.main(["--quick", "--python", "python3"])  # a bare name is looked up on PATH
     assert seen["options"].python == shutil.which("python3")
     capsys.readouterr()
 
@@ -166,7 +169,7 @@ def test_relative_python_path_is_made_absolute(use_scenario, capsys, monkeypatch
 def test_prometheus_and_junit_files(use_scenario, capsys, tmp_path):
     use_scenario("pcie_x8")
     prom, junit = tmp_path / "hostcheck.prom", tmp_path / "junit.xml"
-    assert cli.main(["--quick", "--prometheus", str(prom), "--junit", str(junit)]) == 1
+    assert command.main(["--quick", "--prometheus", str(prom), "--junit", str(junit)]) == 1
     capsys.readouterr()
     samples = {}
     for line in prom.read_text().splitlines():
@@ -187,10 +190,10 @@ def test_prometheus_and_junit_files(use_scenario, capsys, tmp_path):
 
 def test_text_report_has_no_colour_when_not_a_tty(use_scenario, capsys):
     use_scenario("pcie_x8")
-    cli.main([])
+    command.main([])
     out = capsys.readouterr().out
     assert "\033[" not in out
-    cli.main(["--color", "always"])
+    command.main(["--color", "always"])
     assert "\033[" in capsys.readouterr().out
 
 
@@ -238,7 +241,7 @@ def test_every_check_has_stable_unique_id_and_weight():
 
 
 def test_list_json(capsys):
-    assert cli.main(["--list", "--json", "--only", "gpu"]) == 0
+    assert command.main(["--list", "--json", "--only", "gpu"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema_version"] == SCHEMA_VERSION
     assert {c["category"] for c in doc["checks"]} == {"gpu"}
@@ -269,37 +272,9 @@ def test_committed_json_samples_match_the_schema():
             jsonschema.validate(json.load(f), schema)
 
 
-def test_extra_gatherer_and_workload_check_plug_in(monkeypatch, capsys):
-    """The extension point the workload checks use: a registered gatherer and a workload.* check."""
-    from hostcheck import registry
-    from hostcheck.gather import EXTRA_GATHERERS, Options, gather, register_gatherer
-
-    seen = {}
-
-    def fake_workload(options, parts):
-        seen["parts"] = set(parts)
-        return {"tflops": 780.0}
-
-    def judge_it(s):
-        return passed("fast", value=s.extra["workload_test"]["tflops"], unit="TFLOP/s")
-
-    monkeypatch.setitem(EXTRA_GATHERERS, "workload_test", None)
-    register_gatherer("workload_test", fake_workload, timeout_s=5)
-    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
-    registry.check("workload.E900", "Fake matmul", needs=("workload_test",))(judge_it)
-    snap = gather(Options(), {"workload_test"})
-    assert snap.extra["workload_test"] == {"tflops": 780.0} and "facts" in seen["parts"]
-    checks = select(all_checks(), only=["workload.E900"])
-    assert [c.id for c in checks] == ["workload.E900"] and checks[0].workload
-    assert "workload.E900" in {c.id for c in select(all_checks(), only=["workload"])}
-    assert select(all_checks(), quick=True) == [c for c in all_checks() if c.category != "workload"]
-    results = {r.id: r for r in cli.evaluate(snap, checks)[0]}
-    assert results["workload.E900"].value == 780.0
-
-
 def test_help_and_version_return_0(capsys):
-    assert cli.main(["--help"]) == 0
-    assert cli.main(["--version"]) == 0
+    assert command.main(["--help"]) == 0
+    assert command.main(["--version"]) == 0
     assert "hostcheck" in capsys.readouterr().out
 
 
@@ -316,13 +291,13 @@ def test_help_and_version_return_0(capsys):
     ],
 )
 def test_bad_workload_options_are_usage_errors(argv, capsys):
-    assert cli.main(argv) == 2
+    assert command.main(argv) == 2
     assert "error" in capsys.readouterr().err
 
 
 def test_workload_options_reach_the_gatherers(use_scenario, capsys):
     seen = use_scenario("healthy_8x_h100")
-    cli.main(
+    command.main(
         ["--json", "--only", "workload", "--nnodes", "2:4", "--rdzv-endpoint", "n1:29400", "--burn", "5"]
     )
     capsys.readouterr()
@@ -335,7 +310,7 @@ def test_workload_options_reach_the_gatherers(use_scenario, capsys):
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5", "1e400", "1e9", "soon"])
 def test_numeric_options_must_be_finite_and_in_range(flag, value, use_scenario, capsys):
     gathered = use_scenario("healthy_8x_h100")
-    assert cli.main(["--quick" if flag != "--burn" else "--json", f"{flag}={value}"]) == 2
+    assert command.main(["--quick" if flag != "--burn" else "--json", f"{flag}={value}"]) == 2
     err = capsys.readouterr().err
     assert f"argument {flag}" in err and "Traceback" not in err
     assert "options" not in gathered, "the run started before the option was checked"
@@ -343,7 +318,7 @@ def test_numeric_options_must_be_finite_and_in_range(flag, value, use_scenario, 
 
 def test_zero_is_a_time_limit_only_for_burn(use_scenario, capsys):
     use_scenario("healthy_8x_h100")
-    assert cli.main(["--quick", "--timeout", "0"]) == 2
+    assert command.main(["--quick", "--timeout", "0"]) == 2
     capsys.readouterr()
 
 
@@ -369,7 +344,7 @@ def test_report_paths_that_cannot_take_a_report_are_refused_before_the_run(
     (tmp_path / "target").write_text("keep me")
     (tmp_path / "link.prom").symlink_to(tmp_path / "target")
     gathered = use_scenario("healthy_8x_h100")
-    assert cli.main(["--quick", "--junit", str(make(tmp_path))]) == 2
+    assert command.main(["--quick", "--junit", str(make(tmp_path))]) == 2
     assert needle in capsys.readouterr().err
     assert "options" not in gathered
     assert (tmp_path / "target").read_text() == "keep me" and (tmp_path / "link.prom").is_symlink()
@@ -378,7 +353,7 @@ def test_report_paths_that_cannot_take_a_report_are_refused_before_the_run(
 def test_one_path_for_two_reports_is_refused(use_scenario, tmp_path, capsys):
     use_scenario("healthy_8x_h100")
     out = tmp_path / "out"
-    assert cli.main(["--quick", "--prometheus", str(out), "--junit", str(tmp_path / "." / "out")]) == 2
+    assert command.main(["--quick", "--prometheus", str(out), "--junit", str(tmp_path / "." / "out")]) == 2
     assert "name the same file" in capsys.readouterr().err and not out.exists()
 
 
@@ -387,10 +362,10 @@ def test_a_character_device_is_written_in_place_never_replaced(use_scenario, cap
     import stat
 
     use_scenario("healthy_8x_h100")
-    assert cli.main(["--quick", "--junit", "/dev/full"]) == 2  # ENOSPC: the report could not be written
+    assert command.main(["--quick", "--junit", "/dev/full"]) == 2  # ENOSPC: the report could not be written
     assert "writing a report file" in capsys.readouterr().err
     assert stat.S_ISCHR(os.lstat("/dev/full").st_mode)
-    assert cli.main(["--quick", "--prometheus", "/dev/null"]) == 0
+    assert command.main(["--quick", "--prometheus", "/dev/null"]) == 0
     assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
     capsys.readouterr()
 
@@ -402,13 +377,13 @@ def test_a_fifo_gets_the_report_when_read_and_an_error_when_nobody_reads(use_sce
     use_scenario("healthy_8x_h100")
     fifo = _fifo(tmp_path)
     # Nobody reading: an error at once, not a hang.
-    assert cli.main(["--quick", "--prometheus", str(fifo)]) == 2
+    assert command.main(["--quick", "--prometheus", str(fifo)]) == 2
     assert "writing a report file" in capsys.readouterr().err
     # A reader (a collector) holds it open: the report goes through the FIFO, which stays a FIFO.
     fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # room for the whole report: the writer never waits
-        assert cli.main(["--quick", "--prometheus", str(fifo)]) == 0
+        assert command.main(["--quick", "--prometheus", str(fifo)]) == 0
         data = b""
         while chunk := os.read(fd, 1 << 20):
             data += chunk
@@ -418,8 +393,16 @@ def test_a_fifo_gets_the_report_when_read_and_an_error_when_nobody_reads(use_sce
     capsys.readouterr()
 
 
+# The same hung step in each command: check's torch probe, bench's probe of the training Python.
+HUNG_RUNS = {
+    "check": lambda tmp, py: ["--only", "torch.E001", "--python", py, "--facts-dir", tmp],
+    "bench": lambda tmp, py: ["bench", "--python", py, "--facts-dir", tmp, "--workdir", f"{tmp}/w", "-q"],
+}
+
+
+@pytest.mark.parametrize("run", sorted(HUNG_RUNS))
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_ends_the_run_and_every_child_with_it(tmp_path, sig, code):
+def test_a_signal_ends_the_run_and_every_child_with_it(tmp_path, sig, code, run):
     """A hung probe with a grandchild in a session of its own: both gone a second after the signal."""
     fake = tmp_path / "python"
     fake.write_text(
@@ -430,17 +413,7 @@ def test_a_signal_ends_the_run_and_every_child_with_it(tmp_path, sig, code):
     )
     fake.chmod(0o755)
     p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hostcheck",
-            "--only",
-            "torch.E001",
-            "--python",
-            str(fake),
-            "--facts-dir",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "hostcheck", *HUNG_RUNS[run](str(tmp_path), str(fake))],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -471,7 +444,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["bench", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--version"],
+        ["check", "--help"],
+        ["bench", "--help"],
+        ["fleet", "--help"],
+        ["fleet", "-h"],
+    ],
+)
 def test_help_that_cannot_be_written_is_not_a_success(argv):
     with open("/dev/full", "w") as full:
         p = subprocess.run(
@@ -500,7 +483,7 @@ def test_an_unusable_temporary_folder_is_a_usage_error_before_the_run(
 
     gathered = use_scenario("healthy_8x_h100")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
-    assert cli.main(["--quick"]) == 2
+    assert command.main(["--quick"]) == 2
     assert "cannot create a temporary file" in capsys.readouterr().err and "options" not in gathered
 
 
@@ -509,3 +492,154 @@ def test_selectors_are_case_insensitive_for_ids_and_categories_alike(sel, use_sc
     use_scenario("healthy_8x_h100")
     rc, doc = run_json(capsys, "--only", sel)
     assert rc == 0 and doc["checks"]
+
+
+def _comparable(doc):
+    """A report without what differs between two runs of the same judgement (times, durations)."""
+    if isinstance(doc, dict):
+        return {k: _comparable(v) for k, v in doc.items() if k not in ("time", "duration_s")}
+    if isinstance(doc, list):
+        return [_comparable(v) for v in doc]
+    return doc
+
+
+@pytest.mark.parametrize("options", [["--quick"], ["--quick", "--only", "gpu", "--fail-level", "warn"]])
+def test_check_json_is_hostcheck_json(options, use_scenario, capsys):
+    use_scenario("pcie_x8")
+    assert command.main(["check", "--json", *options]) == 1
+    named = json.loads(capsys.readouterr().out)
+    assert command.main(["--json", *options]) == 1
+    default = json.loads(capsys.readouterr().out)
+    assert _comparable(named) == _comparable(default) and named["checks"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--json"],
+        ["--quick", "--only", "gpu", "--skip", "gpu.E012", "--min-score", "90", "-v"],
+        ["--list", "--json", "--python", sys.executable, "--timeout", "5", "--debug"],
+        ["--nnodes", "2", "--rdzv-endpoint", "n1:29400", "--burn", "5", "--color", "never"],
+    ],
+)
+def test_every_check_option_means_the_same_with_and_without_the_command_name(argv):
+    default, named = command.parse(argv), command.parse(["check", *argv])
+    assert default.command == named.command == "check" and default.debug == named.debug
+    assert vars(default.args) == vars(named.args)
+    assert (default.prog, named.prog) == ("hostcheck", "hostcheck check")
+
+
+def test_the_parsed_options_of_a_command_are_its_own(tmp_path):
+    inv = command.parse(["--debug", "fleet", str(tmp_path), "--expect", "a", "b"])
+    assert inv.command == "fleet" and inv.debug and inv.prog == "hostcheck fleet"
+    assert set(vars(inv.args)) == {"command", "debug", "report_dir", "out", "min_score", "expect"}
+    assert inv.args.expect == ["a", "b"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["check", "--help"], ["bench", "--help"], ["fleet", "--help"]])
+def test_help_of_every_command_exits_0(argv, capsys):
+    assert command.main(argv) == 0
+    out = capsys.readouterr().out
+    name = argv[0] if len(argv) > 1 else ""
+    assert out.startswith(f"usage: hostcheck {name}".rstrip() + " ")
+
+
+def test_the_top_level_help_lists_every_command(capsys):
+    assert command.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name, module in command.SUBCOMMANDS.items():
+        assert f"    {name} " in out and module.SUMMARY.split()[0] in out
+    assert "--json" in out and "--only" in out  # check's options: the default command
+
+
+@pytest.mark.parametrize(
+    ("argv", "first_line"),
+    [
+        (["frobnicate"], "hostcheck: error: argument COMMAND: invalid choice: 'frobnicate'"),
+        (["--frobnicate"], "hostcheck: error: unrecognized arguments: --frobnicate"),
+        (["check", "--frobnicate"], "hostcheck check: error: unrecognized arguments: --frobnicate"),
+        (["bench", "--frobnicate"], "hostcheck bench: error: unrecognized arguments: --frobnicate"),
+        (["fleet", "--frobnicate"], "hostcheck fleet: error:"),
+        (["fleet"], "hostcheck fleet: error: the following arguments are required: report_dir"),
+        (["--quick", "bench"], "hostcheck: error: --quick given before 'bench'"),
+        (["--json", "check"], "hostcheck: error: --json given before 'check'"),
+        (["--only", "gpu", "fleet", "."], "hostcheck: error: --only given before 'fleet'"),
+    ],
+)
+def test_an_unknown_command_or_option_is_one_line_and_exit_2(argv, first_line):
+    p = subprocess.run([sys.executable, "-m", "hostcheck", *argv], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith(first_line) and p.stderr.count("\n") == 1, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_debug_shows_the_traceback_of_an_internal_error_and_only_then(monkeypatch, capsys):
+    def boom(options, needs):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr("hostcheck.gather.gather", boom)
+    for argv in (["--quick"], ["check", "--quick"]):
+        assert command.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "internal error: RuntimeError: kaput (re-run with --debug)" in err and "Traceback" not in err
+    for argv in (["--quick", "--debug"], ["--debug", "check", "--quick"], ["check", "--quick", "--debug"]):
+        assert command.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err and 'raise RuntimeError("kaput")' in err, argv
+        assert err.rstrip().endswith("internal error: RuntimeError: kaput (re-run with --debug)")
+
+
+def test_python_m_hostcheck_json_is_the_check_command():
+    argv = [sys.executable, "-m", "hostcheck"]
+    default = subprocess.run([*argv, "--json", "--only", "system.E001"], capture_output=True, text=True)
+    named = subprocess.run(
+        [*argv, "check", "--json", "--only", "system.E001"], capture_output=True, text=True
+    )
+    assert default.returncode == named.returncode and default.returncode in (0, 1), default.stderr
+    assert _comparable(json.loads(default.stdout)) == _comparable(json.loads(named.stdout))
+
+
+HOSTCHECK = os.path.join(os.path.dirname(__file__), "..", "..", "hostcheck")
+#: Each command's module, and the module that wires them.
+COMMAND_MODULES = {
+    "hostcheck.cli": "cli.py",
+    "hostcheck.bench.cli": "bench/cli.py",
+    "hostcheck.fleet": "fleet.py",
+    "hostcheck.command": "command.py",
+}
+
+
+def _imports(path: str) -> list[tuple[ast.AST, str, list[str], bool]]:
+    """(node, module, names, at the top) for every import in a file."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    top = {id(n) for n in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node, a.name, [], id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node, node.module, [a.name for a in node.names], id(node) in top))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("one", "other"), [("hostcheck.cli", "hostcheck.bench.cli"), ("hostcheck.bench.cli", "hostcheck.cli")]
+)
+def test_check_and_bench_do_not_import_each_other(one, other):
+    code = f"import sys, {one}; print({other!r} in sys.modules, 'hostcheck.command' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.split() == ["False", "False"], f"importing {one} imported {other} or hostcheck.command"
+    for _node, module, names, _top in _imports(os.path.join(HOSTCHECK, COMMAND_MODULES[one])):
+        assert module != other and not (module == other.rsplit(".", 1)[0] and "cli" in names), module
+
+
+@pytest.mark.parametrize("module", sorted(COMMAND_MODULES))
+def test_no_private_name_crosses_between_commands_and_imports_are_at_the_top(module):
+    for node, imported, names, top in _imports(os.path.join(HOSTCHECK, COMMAND_MODULES[module])):
+        if imported in COMMAND_MODULES:
+            assert not [n for n in names if n.startswith("_")], f"{module} imports {names} from {imported}"
+        if imported.startswith("hostcheck") and not top:
+            # The one exception: the old entry points call hostcheck.command, which imports their module.
+            assert (imported, names) == ("hostcheck.command", ["main"]), f"{module}:{node.lineno} {imported}"

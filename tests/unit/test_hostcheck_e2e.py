@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from hostcheck import cli
+from hostcheck import command
+from hostcheck.checks import all_checks
 from hostcheck.gather import Options, gather
-from hostcheck.registry import all_checks
 
 STUB_PROBE = {
     "python": "3.12.3",
@@ -42,7 +42,7 @@ def test_real_gatherers_on_this_machine_give_results_not_tracebacks(stub_python,
     (facts / "gpunode_driver.fact").write_text(
         json.dumps({"expected_gpu_count": "8", "version": "580.159.04"})
     )
-    rc = cli.main(
+    rc = command.main(
         ["--json", "--python", stub_python, "--facts-dir", str(facts), "--env-file", "/nonexistent"]
     )
     doc = json.loads(capsys.readouterr().out)

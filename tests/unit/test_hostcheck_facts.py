@@ -8,10 +8,11 @@ import threading
 
 import pytest
 
-from hostcheck import cli
+from hostcheck import command
+from hostcheck.checks import all_checks
 from hostcheck.gather import Options, gather
 from hostcheck.gather.facts import MAX_FACT_BYTES, gather_facts
-from hostcheck.registry import Status, all_checks, run_check
+from hostcheck.registry import Status, run_check
 
 CHECKS = {c.id: c for c in all_checks()}
 
@@ -91,7 +92,10 @@ def test_values_the_roles_write_pass(tmp_path):
 
 def test_the_env_file_fact_never_touches_our_own_descriptors(tmp_path, capsys):
     _write(tmp_path, "gpunode_tuning", {"env_file": 1})
-    assert cli.main(["--json", "--only", "tuning.E011,system.E004", "--facts-dir", str(tmp_path)]) in (0, 1)
+    assert command.main(["--json", "--only", "tuning.E011,system.E004", "--facts-dir", str(tmp_path)]) in (
+        0,
+        1,
+    )
     doc = json.loads(capsys.readouterr().out)  # stdout still open, the report whole
     e004 = next(c for c in doc["checks"] if c["id"] == "system.E004")
     assert "env_file is 1" in e004["message"]

@@ -152,8 +152,8 @@ def test_arch_covered(cap, archs, kind):
 
 
 def test_probe_output_parsing_ignores_noise():
+    from hostcheck.child.launch import ProbeRun, parse_records
     from hostcheck.gather.torchinfo import MARKER
-    from hostcheck.workload.runner import ProbeRun, parse_records
 
     out = 'warning: something\nHOSTCHECK_PROBE_JSON:{"python": "3.12.3", "torch": {"installed": false}}\n'
     records, bad_line = parse_records(out, MARKER)

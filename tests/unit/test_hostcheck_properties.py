@@ -15,11 +15,12 @@ import hostcheck_scenarios as S
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostcheck import cli
+from hostcheck import command
+from hostcheck.checks import all_checks
 from hostcheck.cli import evaluate
 from hostcheck.gather.facts import ROLES, SCHEMA, gather_facts
 from hostcheck.gather.tuning import env_file_entries
-from hostcheck.registry import Status, all_checks
+from hostcheck.registry import Status
 
 SETTINGS = settings(
     max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -134,7 +135,7 @@ def test_any_option_value_ends_in_0_1_or_2_without_a_traceback(option):
         contextlib.redirect_stderr(err),
         contextlib.redirect_stdout(io.StringIO()),
     ):
-        rc = cli.main(["--quick", f"{flag}={value}"])
+        rc = command.main(["--quick", f"{flag}={value}"])
     assert rc in (0, 1, 2), (flag, value, rc)
     assert "Traceback" not in err.getvalue() and "internal error" not in err.getvalue(), err.getvalue()
 
@@ -146,7 +147,7 @@ def test_a_real_run_over_any_tuning_fact_exits_cleanly_and_names_what_it_dropped
     out, err = io.StringIO(), io.StringIO()
     with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         (Path(d) / "gpunode_tuning.fact").write_text(json.dumps(tuning))
-        rc = cli.main(["--json", "--only", "system.E004,tuning.E006,tuning.E011", "--facts-dir", d])
+        rc = command.main(["--json", "--only", "system.E004,tuning.E006,tuning.E011", "--facts-dir", d])
     assert rc in (0, 1), err.getvalue()
     doc = json.loads(out.getvalue())
     e004 = next(c for c in doc["checks"] if c["id"] == "system.E004")

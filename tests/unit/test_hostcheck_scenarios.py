@@ -7,11 +7,12 @@ import dataclasses
 import hostcheck_scenarios as S
 import pytest
 
+from hostcheck.checks import all_checks
 from hostcheck.cli import evaluate
 from hostcheck.gather import Options
 from hostcheck.gather.base import NOT_FOUND, Unavailable
 from hostcheck.gather.nvml import gather_nvml
-from hostcheck.registry import Status, all_checks
+from hostcheck.registry import Status
 
 BAD = (Status.FAIL, Status.ERROR)
 

@@ -10,11 +10,12 @@ import dataclasses
 
 import hostcheck_scenarios as S
 
+from hostcheck.checks import all_checks
 from hostcheck.cli import evaluate
 from hostcheck.gather.base import CmdResult, Unavailable
 from hostcheck.gather.nvml import gather_nvml
 from hostcheck.gather.smi import GPU_FIELDS, cell, gather_smi, parse_cuda_version
-from hostcheck.registry import Status, all_checks
+from hostcheck.registry import Status
 
 HEADER = """+-----------------------------------------------------------------------------------------+
 | NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
+from workload_runs import WORKLOAD_IDS, judge_workload
 
-from hostcheck.workload import api
-from hostcheck.workload import judge as J
-from hostcheck.workload import sku as S
-from hostcheck.workload.runner import ProbeRun
+from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload import sku as S
+from hostcheck.child.launch import ProbeRun
+from hostcheck.gather.workload import WorkloadRun
 
 # ------------------------------------------------------------------------------------------ thresholds
 
@@ -270,9 +270,9 @@ def by_id(findings):
 
 
 def test_reference_h100_node_passes_everything_it_ran():
-    run = api.WorkloadRun(suite=gpu_suite(ddp=ddp_single()), ddp_mode="in-suite")
-    findings = api.judge_workload(run, [dict(LINK_OK, index=0, name=H100)])
-    assert [f.id for f in findings] == [c[0] for c in api.CHECKS]
+    run = WorkloadRun(suite=gpu_suite(ddp=ddp_single()), ddp_mode="in-suite")
+    findings = judge_workload(run, [dict(LINK_OK, index=0, name=H100)])
+    assert [f.id for f in findings] == WORKLOAD_IDS
     f = by_id(findings)
     for cid in (
         "E001",
@@ -298,13 +298,13 @@ def test_reference_h100_node_passes_everything_it_ran():
 
 
 def test_slow_matmul_and_unknown_sku():
-    run = api.WorkloadRun(suite=gpu_suite(tflops={"bf16": 600.0, "fp16": 500.0}), ddp_mode="")
-    f = by_id(api.judge_workload(run))
+    run = WorkloadRun(suite=gpu_suite(tflops={"bf16": 600.0, "fp16": 500.0}), ddp_mode="")
+    f = by_id(judge_workload(run))
     assert f["workload.E001"].status == "warn" and f["workload.E001"].hint  # 600/780 = 0.77
     assert f["workload.E002"].status == "fail"  # 500/749 = 0.67
     assert f["workload.E003"].status == "skip"  # not measured
-    run = api.WorkloadRun(suite=gpu_suite(name="NVIDIA B300"))
-    f = by_id(api.judge_workload(run))
+    run = WorkloadRun(suite=gpu_suite(name="NVIDIA B300"))
+    f = by_id(judge_workload(run))
     assert f["workload.E001"].status == "skip" and f["workload.E001"].value == 766.0
     assert "no verdict" in f["workload.E001"].message
     assert f["workload.E008"].status == "skip"
@@ -313,17 +313,17 @@ def test_slow_matmul_and_unknown_sku():
 def test_amp_details_say_the_cnn_baseline_uses_tf32_convolutions():
     s = gpu_suite()
     amp = next(r for r in s.records if r.get("probe") == "amp" and "data" in r)["data"]
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    f = by_id(judge_workload(WorkloadRun(suite=s)))
     assert not any("TF32" in d for d in f["workload.E010"].details)
     amp["conv_tf32"] = True
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    f = by_id(judge_workload(WorkloadRun(suite=s)))
     assert any("convolutions in TF32" in d for d in f["workload.E010"].details)
 
 
 def test_tf32_forced_off_is_named_in_the_hint():
     s = gpu_suite(tflops={"bf16": 766.0, "fp16": 745.0, "tf32": 50.0, "fp32": 49.0})
     s.records[1]["data"]["precision_env"] = {"NVIDIA_TF32_OVERRIDE": "0"}  # TF32 runs at fp32 speed
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    f = by_id(judge_workload(WorkloadRun(suite=s)))
     assert f["workload.E003"].status == "fail" and "NVIDIA_TF32_OVERRIDE=0" in f["workload.E003"].hint
     assert f["workload.E001"].hint is None  # bf16 is fine and untouched by it
 
@@ -332,20 +332,20 @@ def test_worst_gpu_decides_and_each_gpu_is_listed():
     s = gpu_suite(n=2)
     rows = s.records[3]["data"]["gpus"]
     rows[1]["dtypes"]["bf16"]["tflops"] = 400.0
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=s)))
+    f = by_id(judge_workload(WorkloadRun(suite=s)))
     assert f["workload.E001"].status == "fail" and f["workload.E001"].value == 400.0
     assert len(f["workload.E001"].details) == 2
 
 
 def test_pinned_far_below_the_link_fails_with_a_width_hint():
     link = dict(LINK_OK, index=0, pcie_width_current=8, numa_node=1)
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(h2d=26.0)), [link]))
+    f = by_id(judge_workload(WorkloadRun(suite=gpu_suite(h2d=26.0)), [link]))
     e5 = f["workload.E005"]
     assert e5.status == "fail" and e5.value == 26.0
     assert "x8 of x16" in e5.hint and "IOMMU" in e5.hint and "NUMA" in e5.hint and "node 1" in e5.hint
     assert "48.2" in e5.expected
     # Without NVML link facts: measured, no verdict.
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(h2d=26.0)), []))
+    f = by_id(judge_workload(WorkloadRun(suite=gpu_suite(h2d=26.0)), []))
     assert f["workload.E005"].status == "skip" and f["workload.E005"].value == 26.0
 
 
@@ -360,7 +360,7 @@ def test_amp_numerics_and_no_speedup_findings():
             "transformer": {"fp32": {"error": "RuntimeError: CUDA error"}},
         },
     }
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(amp=bad))))
+    f = by_id(judge_workload(WorkloadRun(suite=gpu_suite(amp=bad))))
     assert f["workload.E009"].status == "error"
     assert (
         "non-finite" in f["workload.E009"].message
@@ -381,30 +381,28 @@ def test_dataloader_worker_crash_points_at_shm():
         "zero_ips": 300.0,
         "shm_bytes": 64 * 2**20,
     }
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(dl=dl))))
+    f = by_id(judge_workload(WorkloadRun(suite=gpu_suite(dl=dl))))
     assert f["workload.E011"].status == "fail" and "/dev/shm is 64 MiB" in f["workload.E011"].hint
     dl = dict(dl, results={"0": {"ips": 300.0}, "8": {"ips": 310.0}}, best_workers=8, best_ips=310.0)
-    assert (
-        by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(dl=dl))))["workload.E011"].status == "warn"
-    )
+    assert by_id(judge_workload(WorkloadRun(suite=gpu_suite(dl=dl))))["workload.E011"].status == "warn"
 
 
 def test_multi_gpu_busbw_judged_by_interconnect():
     links = [dict(LINK_OK, index=i) for i in range(8)]
-    run = api.WorkloadRun(suite=gpu_suite(n=8), ddp_mode="nccl", ddp=rank_runs(8, 150.0))
-    f = by_id(api.judge_workload(run, links))
+    run = WorkloadRun(suite=gpu_suite(n=8), ddp_mode="nccl", ddp=rank_runs(8, 150.0))
+    f = by_id(judge_workload(run, links))
     assert f["workload.E012"].status == "pass"
     assert f["workload.E013"].status == "fail" and "NVLink" in f["workload.E013"].message
     pcie = [dict(link, nvlink_active=0) for link in links]
-    assert by_id(api.judge_workload(run, pcie))["workload.E013"].status == "pass"
-    assert by_id(api.judge_workload(run, []))["workload.E013"].status == "skip"
+    assert by_id(judge_workload(run, pcie))["workload.E013"].status == "pass"
+    assert by_id(judge_workload(run, []))["workload.E013"].status == "skip"
 
 
 def test_ddp_wrong_sum_fails_and_hang_fails():
-    run = api.WorkloadRun(suite=gpu_suite(n=2), ddp_mode="nccl", ddp=rank_runs(2, 50.0, ok=False))
-    assert by_id(api.judge_workload(run))["workload.E012"].status == "fail"
+    run = WorkloadRun(suite=gpu_suite(n=2), ddp_mode="nccl", ddp=rank_runs(2, 50.0, ok=False))
+    assert by_id(judge_workload(run))["workload.E012"].status == "fail"
     hung = (ProbeRun(name="ddp[0]", error="timed out after 120 s and was killed", timed_out=True),)
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(n=1), ddp_mode="nccl", ddp=hung)))
+    f = by_id(judge_workload(WorkloadRun(suite=gpu_suite(n=1), ddp_mode="nccl", ddp=hung)))
     assert f["workload.E012"].status == "fail" and "hung" in f["workload.E012"].message
     assert "NCCL_DEBUG=INFO" in f["workload.E012"].hint
     assert f["workload.E013"].status == "error"
@@ -412,7 +410,7 @@ def test_ddp_wrong_sum_fails_and_hang_fails():
         ProbeRun(name="ddp[0]", error="crashed (exit 1): NCCL error", rc=1),
         ProbeRun(name="ddp[1]", error="killed 10 s after a peer process failed", timed_out=True, rc=-9),
     )
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=gpu_suite(n=2), ddp_mode="nccl", ddp=crashed)))
+    f = by_id(judge_workload(WorkloadRun(suite=gpu_suite(n=2), ddp_mode="nccl", ddp=crashed)))
     assert f["workload.E012"].status == "error" and "NCCL error" in f["workload.E012"].message
 
 
@@ -432,14 +430,14 @@ def test_burn_findings():
         "mismatches": 0,
         "finite": True,
     }
-    run = api.WorkloadRun(suite=gpu_suite(), burn=burn([ok]), burn_requested=60)
-    assert by_id(api.judge_workload(run))["workload.E015"].status == "pass"
+    run = WorkloadRun(suite=gpu_suite(), burn=burn([ok]), burn_requested=60)
+    assert by_id(judge_workload(run))["workload.E015"].status == "pass"
     hot = dict(ok, tflops_last=500, tflops_min=480)
-    run = api.WorkloadRun(suite=gpu_suite(), burn=burn([hot]), burn_requested=60)
-    assert by_id(api.judge_workload(run))["workload.E015"].status == "warn"
+    run = WorkloadRun(suite=gpu_suite(), burn=burn([hot]), burn_requested=60)
+    assert by_id(judge_workload(run))["workload.E015"].status == "warn"
     sdc = dict(ok, mismatches=2)
-    run = api.WorkloadRun(suite=gpu_suite(), burn=burn([sdc]), burn_requested=60)
-    assert by_id(api.judge_workload(run))["workload.E015"].status == "fail"
+    run = WorkloadRun(suite=gpu_suite(), burn=burn([sdc]), burn_requested=60)
+    assert by_id(judge_workload(run))["workload.E015"].status == "fail"
 
 
 def test_multinode_finding():
@@ -451,87 +449,56 @@ def test_multinode_finding():
         }
         for r in range(8)
     )
-    run = api.WorkloadRun(
+    run = WorkloadRun(
         suite=gpu_suite(), multinode=(ProbeRun(name="mn", records=recs),), multinode_requested=True
     )
-    f = by_id(api.judge_workload(run))["workload.E014"]
+    f = by_id(judge_workload(run))["workload.E014"]
     assert f.status == "pass" and "world 16" in f.message and f.value == 90.0
     bad = ProbeRun(name="mn", error="timed out after 300 s and was killed", timed_out=True)
-    run = api.WorkloadRun(suite=gpu_suite(), multinode=(bad,), multinode_requested=True)
-    f = by_id(api.judge_workload(run))["workload.E014"]
+    run = WorkloadRun(suite=gpu_suite(), multinode=(bad,), multinode_requested=True)
+    f = by_id(judge_workload(run))["workload.E014"]
     assert f.status == "fail" and "rendezvous" in f.hint
     crashed = ProbeRun(
         name="mn",
-        error="crashed (exit 1): hostcheck/workload/probes.py FAILED",
+        error="crashed (exit 1): hostcheck/inside/workload.py FAILED",
         rc=1,
         stderr_tail="Root Cause (first observed failure):\n[0]:\n  exitcode  : 1 (pid: 77)\n====",
     )
-    run = api.WorkloadRun(suite=gpu_suite(), multinode=(crashed,), multinode_requested=True)
-    f = by_id(api.judge_workload(run))["workload.E014"]
+    run = WorkloadRun(suite=gpu_suite(), multinode=(crashed,), multinode_requested=True)
+    f = by_id(judge_workload(run))["workload.E014"]
     assert f.status == "error" and "  exitcode  : 1 (pid: 77)" in f.details  # torchrun's report, kept
     raised = replace(
         crashed, records=({"probe": "ddp_worker", "ok": False, "error": "DistStoreError: wait timeout"},)
     )
-    run = api.WorkloadRun(suite=gpu_suite(), multinode=(raised,), multinode_requested=True)
-    f = by_id(api.judge_workload(run))["workload.E014"]
+    run = WorkloadRun(suite=gpu_suite(), multinode=(raised,), multinode_requested=True)
+    f = by_id(judge_workload(run))["workload.E014"]
     assert "rank error: DistStoreError: wait timeout" in f.message  # the rank's own reason comes first
 
 
 # ------------------------------------------------------------------------------------------ NVML side
 
 
-class FakeNvml:
-    def __init__(self, links):
-        self.links = links  # per GPU: number of enabled links, or None = not supported
+def test_nvml_counts_active_nvlinks_per_gpu(scenarios):
+    """The busbw floor depends on the interconnect: the NVML gatherer counts each GPU's active links."""
+    from hostcheck.gather.base import GPU_LOST
+    from hostcheck.gather.nvml import gather_nvml
 
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return len(self.links)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetNvLinkState(self, h, link):
-        n = self.links[h]
-        if n is None or link >= 18:
-            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-        return 1 if link < n else 0
-
-
-def test_gpus_from_nvml_counts_nvlinks_and_tolerates_unavailable_values():
-    unavailable = SimpleNamespace(kind="not_supported", reason="x")
-    snap = SimpleNamespace(
-        gpus=(
-            SimpleNamespace(
-                index=0,
-                name=H100,
-                pcie_gen_max=5,
-                pcie_width_max=16,
-                pcie_gen_current=1,
-                pcie_width_current=16,
-                numa_node=0,
-            ),
-            SimpleNamespace(
-                index=1, name=H100, pcie_gen_max=unavailable, pcie_width_max=16, numa_node=unavailable
-            ),
-        )
-    )
-    gpus = api.gpus_from_nvml(snap, nvml=FakeNvml([18, None]))
-    assert gpus[0].nvlink_active == 18 and gpus[0].pcie_gen_max == 5 and gpus[0].name == H100
-    assert gpus[1].nvlink_active == 0 and gpus[1].pcie_gen_max is None and gpus[1].numa_node is None
-    assert [g.index for g in api.gpus_from_nvml(None, nvml=FakeNvml([0, 0, 0]))] == [0, 1, 2]
+    gpus = [scenarios.h100_gpu(0), scenarios.h100_gpu(1, nvlinks=None), scenarios.h100_gpu(2, nvlinks=4)]
+    snap = gather_nvml(nvml=scenarios.FakeNvml(gpus), proc_name=str)
+    assert [g.nvlink_active for g in snap.gpus] == [18, 0, 4]  # PCIe-only: NOT_SUPPORTED on link 0 is 0
+    lost = gather_nvml(nvml=scenarios.FakeNvml(gpus, fail={"nvmlDeviceGetNvLinkState@1": 15}), proc_name=str)
+    assert lost.gpus[1].nvlink_active.kind == GPU_LOST and lost.gpus[1].lost is not None
+    # The judging reads them: eight NVLink GPUs at PCIe speed fail, the same on PCIe-only GPUs pass.
+    run = WorkloadRun(suite=gpu_suite(n=8), ddp_mode="nccl", ddp=rank_runs(8, 150.0))
+    nv = gather_nvml(nvml=scenarios.FakeNvml([scenarios.h100_gpu(i) for i in range(8)]), proc_name=str)
+    assert by_id(judge_workload(run, list(nv.gpus)))["workload.E013"].status == "fail"
 
 
 def test_sections_not_selected_are_skipped_not_errors():
-    run = api.WorkloadRun(
+    run = WorkloadRun(
         suite=suite(env={"cuda_available": True}, matmul={"gpus": []}), sections=("env", "matmul")
     )
-    f = by_id(api.judge_workload(run))
+    f = by_id(judge_workload(run))
     assert f["workload.E009"].status == "skip" and "not selected" in f["workload.E009"].message
     assert f["workload.E012"].status == "skip"
     assert all(x.status != "error" for x in f.values()), [x for x in f.values() if x.status == "error"]

@@ -9,8 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("PIL")
 
-from hostcheck.workload import api, probes  # noqa: E402
-from hostcheck.workload import judge as J  # noqa: E402
+from workload_runs import judge_one, judge_workload  # noqa: E402
+
+from hostcheck.checks.workload import judge as J  # noqa: E402
+from hostcheck.gather import workload as api  # noqa: E402
+from hostcheck.inside import workload as probes  # noqa: E402
 
 TINY_AMP = {
     "device": "cpu",
@@ -91,7 +94,7 @@ def test_the_whole_default_run_on_cpu_end_to_end_with_a_real_two_process_gloo_dd
             assert "error" not in r, (kind, mode, r)
             assert J.loss_numerics(r["losses"])[0] == "pass", (kind, mode, r["losses"])
             assert r["per_s"] > 0 and r["steps"] == 4
-    f = by_id(api.judge_workload(run))
+    f = by_id(judge_workload(run))
     assert "2-process gloo" in f["workload.E012"].message and f["workload.E013"].status == "skip"
     assert f["workload.E009"].status == "pass", f["workload.E009"]
     assert f["workload.E010"].status == "skip" and "on the CPU" in f["workload.E010"].message
@@ -117,7 +120,7 @@ def test_multinode_without_a_gpu_runs_one_gloo_rank_per_node_through_torchrun():
     )
     (r,) = run.multinode
     assert r.ok, (r.error, r.stderr_tail)
-    f = api.judge_multinode(run)
+    f = judge_one(run, "workload.E014")
     assert f.status == "pass" and f.message.startswith("world 1: 1 local rank(s) correct"), f
 
 
@@ -140,7 +143,7 @@ def test_one_rank_ddp_does_not_time_a_no_op_all_reduce():
             {"probe": "ddp", "ok": True, "data": dict(out, backend="nccl")},
         ),
     )
-    f = by_id(api.judge_workload(api.WorkloadRun(suite=suite, ddp_mode="in-suite")))
+    f = by_id(judge_workload(api.WorkloadRun(suite=suite, ddp_mode="in-suite")))
     assert f["workload.E013"].status == J.SKIP and "not measured" in f["workload.E013"].message
 
 

@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from workload_runs import WORKLOAD_IDS, judge_workload
 
-from hostcheck.workload import api, runner
-from hostcheck.workload.runner import MARKER, parse_records, run_child, run_children
+from hostcheck.child import launch as runner
+from hostcheck.child.launch import MARKER, parse_records, run_child, run_children
+from hostcheck.gather import workload as api
 
 
 def script(tmp_path, name: str, body: str) -> list[str]:
@@ -117,7 +119,7 @@ def test_a_grandchild_in_a_session_of_its_own_is_killed_too(tmp_path, hang):
 
 def test_a_child_that_survives_sigkill_is_left_behind_not_waited_for(tmp_path, monkeypatch):
     # Stand-in for a process stuck in the kernel (D state, wedged driver): make the kill a no-op.
-    monkeypatch.setattr(runner, "_kill_group", lambda p: None)
+    monkeypatch.setattr(runner, "kill_group", lambda p: None)
     monkeypatch.setattr(runner, "kill_by_token", lambda token, since: [])
     monkeypatch.setattr(runner, "KILL_WAIT_S", 0.2)
     pidfile = tmp_path / "pid"
@@ -309,7 +311,7 @@ def test_no_gpu_defers_ddp_to_two_gloo_processes(fake_python, monkeypatch):
     monkeypatch.setenv("FAKE_SCENARIO", "ok")
     run = api.gather_workload(fake_python, timeout=20, ddp_timeout=20, gpu_possible=True)
     assert run.suite.ok and run.ddp_mode == "gloo" and len(run.ddp) == 2
-    f = by_id(api.judge_workload(run))
+    f = by_id(judge_workload(run))
     assert f["workload.E012"].status == "pass"
     assert "gloo" in f["workload.E012"].message and "NCCL not exercised" in f["workload.E012"].message
     assert f["workload.E013"].status == "skip"
@@ -321,7 +323,6 @@ def test_no_gpu_defers_ddp_to_two_gloo_processes(fake_python, monkeypatch):
 def test_every_workload_deadline_follows_the_options(fake_python, monkeypatch):
     """DDP ranks once had a fixed 120 s and multi-node a fixed 300 s, whatever --workload-timeout said."""
     from hostcheck.gather import Options
-    from hostcheck.workload import integration
 
     seen = {}
     monkeypatch.setattr(api, "launch_local_ddp", lambda *a, **k: seen.setdefault("ddp", a[4]) and ())
@@ -329,15 +330,13 @@ def test_every_workload_deadline_follows_the_options(fake_python, monkeypatch):
     api.gather_workload(fake_python, timeout=7, gpu_possible=True)
     assert seen["ddp"] == 7
     got = {}
-    monkeypatch.setattr(
-        integration, "gather_workload", lambda python, **k: got.update(k) or api.WorkloadRun()
-    )
+    monkeypatch.setattr(api, "gather_workload", lambda python, **k: got.update(k) or api.WorkloadRun())
     opts = Options(workload_timeout_s=9, rdzv_timeout_s=33, nnodes="2", rdzv_endpoint="n1:29400", burn=5)
-    integration.gather_for_hostcheck(opts, {})
-    assert got["timeout"] == 9 and got["multinode"].timeout == 33
+    api.gather_for(opts, fake_python, {})
+    assert got["timeout"] == 9 and got["multinode"].timeout == 33 and got["burn"] == 5
     # The whole run's ceiling: suite and its re-run, two DDP tries, the rendezvous, burn, and the slack.
-    assert integration.gather_limit(opts) == 9 * 4 + 33 + (5 + 9) + integration.GATHER_SLACK_S
-    assert integration.gather_limit(Options(workload_timeout_s=9)) == 9 * 4 + integration.GATHER_SLACK_S
+    assert api.gather_limit(opts) == 9 * 4 + 33 + (5 + 9) + api.GATHER_SLACK_S
+    assert api.gather_limit(Options(workload_timeout_s=9)) == 9 * 4 + api.GATHER_SLACK_S
 
 
 def test_a_hang_mid_suite_becomes_errors_for_that_section_and_the_rest(fake_python, monkeypatch):
@@ -345,7 +344,7 @@ def test_a_hang_mid_suite_becomes_errors_for_that_section_and_the_rest(fake_pyth
     t0 = time.monotonic()
     run = api.gather_workload(fake_python, timeout=1.0, ddp_timeout=20, gpu_possible=True)
     assert time.monotonic() - t0 < 15
-    f = by_id(api.judge_workload(run))
+    f = by_id(judge_workload(run))
     assert f["workload.E009"].status == "error" and "during amp" in f["workload.E009"].message
     assert f["workload.E001"].status == "skip"  # matmul finished before the hang
     # The sections the hung process never reached ran again in a fresh process.
@@ -359,7 +358,7 @@ def test_a_hang_mid_suite_becomes_errors_for_that_section_and_the_rest(fake_pyth
 def test_a_crash_in_the_suite_is_an_error_result(fake_python, monkeypatch):
     monkeypatch.setenv("FAKE_SCENARIO", "segv")
     run = api.gather_workload(fake_python, timeout=20, ddp_timeout=20, gpu_possible=True)
-    f = by_id(api.judge_workload(run))
+    f = by_id(judge_workload(run))
     assert f["workload.E001"].status == "error"
     assert "SIGSEGV" in f["workload.E001"].message and "during matmul" in f["workload.E001"].message
     # A crash in one probe is an error for that probe only: the rest ran in a process of their own.
@@ -367,12 +366,13 @@ def test_a_crash_in_the_suite_is_an_error_result(fake_python, monkeypatch):
     assert f["workload.E011"].status == "pass" and f["workload.E012"].status == "pass"
 
 
-def test_quick_launches_nothing(tmp_path):
-    run = api.gather_workload(str(tmp_path / "no-python"), quick=True)
-    assert run.suite is None
-    findings = api.judge_workload(run)
-    assert [f.id for f in findings] == [c[0] for c in api.CHECKS]
-    assert {f.status for f in findings} == {"skip"}
+def test_a_workload_gatherer_that_died_makes_every_workload_check_an_error():
+    from hostcheck.gather.base import TIMEOUT, Unavailable
+
+    results = judge_workload(Unavailable(TIMEOUT, "gathering workload did not finish in 9 s"))
+    assert [r.id for r in results] == WORKLOAD_IDS and len(results) == 15
+    assert {r.status for r in results} == {"error"}
+    assert all("did not complete" in r.message and "9 s" in r.message for r in results)
 
 
 def test_torchrun_argv_for_multinode():
@@ -383,7 +383,7 @@ def test_torchrun_argv_for_multinode():
     assert "--nnodes 2" in joined and "--nproc-per-node gpu" in joined
     assert "--rdzv-backend c10d --rdzv-endpoint node1:29400 --rdzv-id job7" in joined
     assert argv[-3:] == ["ddp_worker", "--json-args", '{"bw_iters": 5}']
-    assert argv[-4].endswith("probes.py")
+    assert argv[-4].endswith("inside/workload.py")
 
 
 def test_multinode_tells_torchrun_this_nodes_address(monkeypatch):
@@ -402,50 +402,40 @@ def test_multinode_tells_torchrun_this_nodes_address(monkeypatch):
     assert api.local_addr_towards("not an endpoint") is None
 
 
-# ------------------------------------------------------------------------ integration with the core
+# ------------------------------------------------------------------------ through the core
 
 
-def test_core_integration_gathers_with_the_training_python_and_judges_per_id(fake_python, monkeypatch):
-    from types import SimpleNamespace
-
-    from hostcheck.workload import integration
+def test_the_core_gathers_the_workload_with_the_training_python_and_judges_each_check(
+    fake_python, monkeypatch
+):
+    from hostcheck.checks import all_checks
+    from hostcheck.gather import Options, gather
+    from hostcheck.registry import run_checks, select
 
     monkeypatch.setenv("FAKE_SCENARIO", "ok")
-    options = SimpleNamespace(python=None, env_file="/nonexistent/training.env", workload_timeout_s=20)
-    parts = {"torch": SimpleNamespace(python=fake_python), "nvml": None, "facts": None}
-    g = integration.gather_for_hostcheck(options, parts)
-    assert g.run.python == fake_python and g.run.ddp_mode == "gloo"
-    snap = SimpleNamespace(extra={"workload": g})
-    out = integration.judge_check("workload.E012")(snap)
-    assert out.status.value == "pass" and "gloo" in out.message
-    assert integration.judge_check("workload.E001")(snap).status.value == "skip"
-    gone = integration.judge_check("workload.E001")(
-        SimpleNamespace(extra={"workload": "unavailable (timeout)"})
-    )
-    assert gone.status.value == "error" and "did not complete" in gone.message
-    json.dumps(g.to_dict())
+    checks = select(all_checks(), only=["workload"])
+    assert [c.id for c in checks] == WORKLOAD_IDS and all(c.needs == {"workload", "nvml"} for c in checks)
+    assert not [c for c in select(all_checks(), quick=True) if c.category == "workload"]
+    options = Options(python=fake_python, env_file="/nonexistent/training.env", workload_timeout_s=20)
+    snap = gather(options, {"workload"})
+    assert snap.workload.python == fake_python and snap.workload.ddp_mode == "gloo"
+    assert snap.torch is None and "workload" in snap.timings  # only what the checks need is gathered
+    f = {r.id: r for r in run_checks(checks, snap)}
+    assert f["workload.E012"].status == "pass" and "gloo" in f["workload.E012"].message
+    assert f["workload.E001"].status == "skip"
+    json.dumps(snap.workload.to_dict())
 
 
-def test_register_all_registers_every_id_as_a_workload_check():
-    # A fresh interpreter: registering into this process's registry would change other tests' world.
-    code = textwrap.dedent(
-        """
-        from hostcheck.workload.integration import register_all
-        from hostcheck.workload.api import CHECKS
-        from hostcheck import registry
-        register_all(); register_all()  # idempotent
-        checks = registry.all_checks()
-        ids = [c.id for c in checks if c.category == "workload"]
-        assert ids == [c[0] for c in CHECKS], ids
-        assert all(c.workload and "workload" in c.needs for c in checks if c.category == "workload")
-        assert not [c for c in registry.select(checks, quick=True) if c.category == "workload"]
-        print("ok")
-        """
-    )
-    import subprocess
+def test_sections_not_asked_for_are_not_run_and_their_checks_skip(fake_python, monkeypatch):
+    from hostcheck.gather import Options, gather
 
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
-    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+    monkeypatch.setenv("FAKE_SCENARIO", "ok")
+    options = Options(python=fake_python, workload_timeout_s=20, workload_sections=("env", "matmul"))
+    snap = gather(options, {"workload"})
+    f = {r.id: r for r in judge_workload(snap.workload)}
+    assert f["workload.E004"].value == 0.2  # matmul ran
+    for cid in ("workload.E009", "workload.E011", "workload.E012"):
+        assert f[cid].status == "skip" and "not selected" in f[cid].message
 
 
 def test_benchmark_script_has_a_cheap_help():
@@ -463,7 +453,7 @@ def test_a_training_python_without_torch_gives_errors_with_a_hint(tmp_path):
     py.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E "$@"\n')
     py.chmod(0o755)
     run = api.gather_workload(str(py), timeout=30, ddp_timeout=30, gpu_possible=True)
-    f = by_id(api.judge_workload(run))
+    f = by_id(judge_workload(run))
     assert f["workload.E001"].status == "error" and "No module named 'torch'" in f["workload.E001"].message
     assert "gpunode_pytorch" in f["workload.E001"].hint
     assert f["workload.E012"].status == "error"

@@ -7,6 +7,10 @@ their environment (``HOSTCHECK_RUN_TOKEN``, inherited from the child) and killed
 Output goes to temporary files (no pipe can fill up and block the child). The child reports by printing
 lines ``HOSTCHECK_WORKLOAD_JSON:{...}``; every such line is a record, so what a child finished before it
 hung or crashed is kept.
+
+:class:`Launch` is the one way a child starts (here, and for the long-lived workers of hostcheck.child.session):
+each launch is tracked in a live registry until it ends, so :func:`kill_all` (SIGINT/SIGTERM) reaches every
+child, its group and what carries its token, and no child starts after it until :func:`reopen`.
 """
 
 from __future__ import annotations
@@ -104,11 +108,25 @@ def describe_rc(rc: int) -> str:
     return f"exit {rc}"
 
 
-def _kill_group(p: subprocess.Popen) -> None:
+def kill_group(p: subprocess.Popen) -> None:
+    """SIGKILL a child's process group (it leads one: every child starts a session of its own), then the
+    child itself should the group kill have failed. The group goes first, before the child can be reaped, so
+    its id cannot have been reused by then."""
     with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
         os.killpg(p.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         p.kill()
+
+
+def stop(p: subprocess.Popen, wait_s: float | None = None) -> bool:
+    """:func:`kill_group`, then reap the child within ``wait_s`` seconds (default :data:`KILL_WAIT_S`); False
+    when it did not die: stuck in the kernel (D state, a wedged GPU driver), it is left behind."""
+    kill_group(p)
+    try:
+        p.wait(KILL_WAIT_S if wait_s is None else wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
@@ -211,11 +229,13 @@ def child_env(env_overrides: dict | None = None) -> dict[str, str]:
     return env
 
 
-#: Every launch still running: token -> (its children, when the first started). A signal handler ends them all.
-_LIVE: dict[str, tuple[list[subprocess.Popen], int | None]] = {}
+#: Every launch still running, by token. kill_all (a signal handler) ends them all.
+_LIVE: dict[str, Launch] = {}
 _LIVE_LOCK = threading.Lock()
 #: Set by kill_all: a thread still running a suite must not start the next child after the run was ended.
 _CLOSED = threading.Event()
+#: Why a child asked for after kill_all was not started.
+NOT_STARTED = "not started: the run was interrupted"
 
 
 def reopen() -> None:
@@ -223,39 +243,80 @@ def reopen() -> None:
     _CLOSED.clear()
 
 
-def _register(token: str, p: subprocess.Popen, since: int | None) -> bool:
-    """Track a started child; False (and the child killed) when the launcher was closed meanwhile."""
-    with _LIVE_LOCK:
+class Launch:
+    """Children started together under one token, each in a session (process group) of its own, and tracked
+    in the live registry from the first start until :meth:`end`, so that :func:`kill_all` reaches them, their
+    groups and whatever carries the token. Every child hostcheck starts in the training Python starts through
+    one: the one-shot children of :func:`run_children` and the long-lived workers of hostcheck.child.session."""
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
+        self.procs: list[subprocess.Popen] = []
+        #: When the first child started (clock ticks since boot): what carries the token started no earlier.
+        self.since: int | None = None
+
+    def start(self, argv: Sequence[str], env: dict | None = None, cwd: str | None = None, **popen: Any):
+        """Start ``argv`` (``env``: the whole environment, default :func:`child_env`; the token is added) in a
+        new session, in ``cwd`` (default /); ``popen``: stdin, stdout, stderr, bufsize. The started
+        ``subprocess.Popen``, or None when the launcher is closed (kill_all): then nothing is left running.
+        Raises OSError when the program cannot be started."""
         if _CLOSED.is_set():
-            _kill_group(p)
-            return False
-        procs, first = _LIVE.get(token, ([], since))
-        procs.append(p)
-        _LIVE[token] = (procs, first)
-        return True
+            return None
+        popen.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen(
+            list(argv),
+            env={**(env if env is not None else child_env()), TOKEN_VAR: self.token},
+            cwd=cwd or "/",
+            start_new_session=True,
+            **popen,
+        )
+        if self.since is None:
+            self.since = start_ticks(p.pid)
+        with _LIVE_LOCK:
+            refused = _CLOSED.is_set()  # kill_all ran while it started: it must not outlive the run
+            if not refused:
+                self.procs.append(p)
+                _LIVE[self.token] = self
+        if refused:
+            stop(p)
+            self.sweep()
+            return None
+        return p
 
+    def sweep(self) -> list[int]:
+        """SIGKILL what carries the token (what left the children's groups: torchrun's workers); their pids."""
+        return kill_by_token(self.token, self.since) if self.since is not None else []
 
-def _unregister(token: str) -> None:
-    with _LIVE_LOCK:
-        _LIVE.pop(token, None)
+    def kill(self) -> int:
+        """SIGKILL every child's group and what carries the token, reaping nothing (safe in a signal handler
+        while the owner's thread waits on them); how many processes were signalled."""
+        n = 0
+        for p in list(self.procs):
+            if p.returncode is None:
+                kill_group(p)
+                n += 1
+        return n + len(self.sweep())
+
+    def end(self) -> list[int]:
+        """Kill every child's group (what a finished child left in it too: orphaned DataLoader workers) and
+        reap the child, sweep the token, leave the registry; the pids that did not die on SIGKILL."""
+        stuck = [p.pid for p in self.procs if not stop(p)]
+        self.sweep()
+        with _LIVE_LOCK:
+            if _LIVE.get(self.token) is self:
+                del _LIVE[self.token]
+        return stuck
 
 
 def kill_all() -> int:
-    """SIGKILL every running launch (its process groups, then what carries its token); how many processes
-    were signalled. For SIGINT/SIGTERM: the launches' own threads may never get to clean up."""
+    """SIGKILL every running launch (its process groups, then what carries its token) and refuse new ones
+    until :func:`reopen`; how many processes were signalled. For SIGINT/SIGTERM: the launches' own threads
+    may never get to clean up."""
     with _LIVE_LOCK:
         _CLOSED.set()
-        live = list(_LIVE.items())
+        live = list(_LIVE.values())
         _LIVE.clear()
-    n = 0
-    for token, (procs, since) in live:
-        for p in procs:
-            if p.poll() is None:
-                _kill_group(p)
-                n += 1
-        if since is not None:
-            n += len(kill_by_token(token, since))
-    return n
+    return sum(launch.kill() for launch in live)
 
 
 def run_child(
@@ -286,12 +347,11 @@ def run_children(
     """
     envs = list(envs) if envs is not None else [None] * len(argvs)
     if _CLOSED.is_set():
-        return [ProbeRun(name=name, error="not started: the run was interrupted") for _ in argvs]
-    token = uuid.uuid4().hex
+        return [ProbeRun(name=name, error=NOT_STARTED) for _ in argvs]
+    launch = Launch()
     start = time.monotonic()
     deadline = start + timeout
     procs: list[subprocess.Popen | None] = []
-    since: int | None = None  # when the first child started: what carries the token started no earlier
     files = []
     spawn_errors: list[str | None] = []
     stack = contextlib.ExitStack()
@@ -300,21 +360,9 @@ def run_children(
         fe = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
         files.append((fo, fe))
         try:
-            p = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=fo,
-                stderr=fe,
-                env={**(env if env is not None else child_env()), TOKEN_VAR: token},
-                cwd=cwd or "/",
-                start_new_session=True,
-            )
+            p = launch.start(argv, env, cwd, stdout=fo, stderr=fe)
             procs.append(p)
-            spawn_errors.append(None)
-            if since is None:
-                since = start_ticks(p.pid)
-            if not _register(token, p, since):
-                spawn_errors[-1] = "not started: the run was interrupted"
+            spawn_errors.append(None if p is not None else NOT_STARTED)
         except OSError as exc:
             procs.append(None)
             spawn_errors.append(f"could not start {argv[0]}: {exc}")
@@ -345,11 +393,8 @@ def run_children(
                 for i, p in enumerate(procs):
                     if p is not None and ends[i] is None:
                         timed_out[i] = True
-                        _kill_group(p)
-                        try:
-                            p.wait(KILL_WAIT_S)
-                        except subprocess.TimeoutExpired:
-                            unkillable[i] = True  # stuck in the kernel (a wedged GPU driver): leave it
+                        # One stuck in the kernel (a wedged GPU driver) is left behind.
+                        unkillable[i] = not stop(p)
                         ends[i] = time.monotonic()
                 break
             time.sleep(0.02)
@@ -357,7 +402,7 @@ def run_children(
         # left the group (torchrun's workers, each in a session of its own) is swept by token below.
         for p in procs:
             if p is not None:
-                _kill_group(p)
+                kill_group(p)
         runs = []
         for i, p in enumerate(procs):
             fo, fe = files[i]
@@ -378,14 +423,7 @@ def run_children(
             runs.append(run)
         return runs
     finally:
-        for p in procs:
-            if p is not None and p.poll() is None:
-                _kill_group(p)
-                with contextlib.suppress(Exception):
-                    p.wait(KILL_WAIT_S)
-        if since is not None:
-            kill_by_token(token, since)
-        _unregister(token)
+        launch.end()
         stack.close()
 
 

@@ -1,13 +1,18 @@
-"""The orchestrator's end of a long-lived worker (``python -m hostcheck.bench.worker --serve '<json>'``).
+"""The orchestrator's end of a long-lived worker (``python -m hostcheck.inside.bench_worker --serve '<json>'``).
 
 A :class:`Server` is started in its own session (process group) with the environment, PYTHONPATH overlay or
 ``unshare`` wrapper of its variant; it prints a hello line once torch and PIL are imported, then answers one
 JSON line per request line. Every wait has a deadline (select on the stdout pipe, a check every 0.2 s that
 the process still lives: a dead server whose DataLoader workers still hold the pipe is seen as dead). What
-can go wrong becomes a :class:`~hostcheck.workload.runner.ProbeRun` with an error, the same value a one-shot
+can go wrong becomes a :class:`~hostcheck.child.launch.ProbeRun` with an error, the same value a one-shot
 child gives: a timeout (the whole group killed), a crash (exit status or signal, the last stderr line), bad
 JSON. stderr goes to a temporary file, so a chatty child can never block on a full pipe. :meth:`close` ends
-the server and anything left in its process group (orphaned DataLoader workers). Standard library only.
+the server and anything left in its process group (orphaned DataLoader workers).
+
+A server is started and ended through the one launcher (:class:`hostcheck.child.launch.Launch`): a session of
+its own, the run token in its environment, tracked in the launcher's live registry, so
+:func:`~hostcheck.child.launch.kill_all` (SIGINT/SIGTERM) kills it, its group and what carries the token, and
+no server starts after it until :func:`~hostcheck.child.launch.reopen`. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,18 +21,16 @@ import contextlib
 import json
 import os
 import select
-import signal
 import subprocess
 import tempfile
 import time
 from typing import Any
 
-from hostcheck.workload.runner import ProbeRun, describe_rc, tail
+from hostcheck.child import launch
+from hostcheck.child.launch import ProbeRun, describe_rc, tail
 
 #: How long a closed server may take to exit on its own before its process group is killed.
 CLOSE_GRACE_S = 3.0
-#: How long to wait for a killed process to go; one stuck in the kernel (D state) is left behind.
-KILL_WAIT_S = 5.0
 #: How long a server that closed its stdout gets to exit before it is killed.
 EOF_GRACE_S = 2.0
 _POLL_S = 0.2
@@ -43,6 +46,7 @@ class Server:
     :meth:`close` (idempotent; also what ends it after a timeout, a crash or bad output)."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None, name: str = "", cwd: str = "/"):
+        """Start ``argv`` (``env``: its whole environment, default the launcher's child_env) now."""
         self.name = name
         self.requests = 0
         #: Seconds from the start to the hello line (None until it came).
@@ -55,27 +59,29 @@ class Server:
         self._closed = False
         self._done = False
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        self._launch = launch.Launch()
         self.proc: subprocess.Popen | None
         try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._err,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                bufsize=0,
+            self.proc = self._launch.start(
+                argv, env, cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, bufsize=0
             )
+            if self.proc is None:
+                self.ended = launch.NOT_STARTED
         except OSError as exc:
             self.proc = None
             self.ended = f"could not start {argv[0]}: {exc}"
+        if self.proc is None:
             self._closed = True
             self._err.close()
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    @property
+    def token(self) -> str:
+        """The run token in its environment (hostcheck.child.launch.TOKEN_VAR): what it starts carries it too."""
+        return self._launch.token
 
     # ------------------------------------------------------------------------------------- exchanges
 
@@ -202,14 +208,8 @@ class Server:
         while not self._exited() and time.monotonic() < end:
             time.sleep(0.02)
         exited = self._exited()
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        if not exited:
-            with contextlib.suppress(OSError):
-                self.proc.kill()  # should the group kill have failed
-        try:
-            self.proc.wait(KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
+        # The launcher's end: its group killed (before the server is reaped), the server reaped, the token swept.
+        if self._launch.end():
             reason = (
                 f"{reason or 'killed'}; pid {self.proc.pid} did not die on SIGKILL (stuck in the kernel?)"
             )

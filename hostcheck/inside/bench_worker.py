@@ -1,21 +1,23 @@
 """Measurements in the *training* Python, one-shot or served by a long-lived process.
 
-``python -m hostcheck.bench.worker '<json config>'`` runs one task and exits. Records are lines
-``HOSTCHECK_WORKLOAD_JSON:{...}`` (hostcheck.workload.runner parses them): ``{"event": "start"}`` right
+``python -m hostcheck.inside.bench_worker '<json config>'`` runs one task and exits. Records are lines
+``HOSTCHECK_WORKLOAD_JSON:{...}`` (hostcheck.child.launch parses them): ``{"event": "start"}`` right
 before the measured part, so a crash after it is the workload's and not the setup's, then one result,
 ``{"ok": true, "metric": ..., ...}`` or ``{"ok": false, "error": ..., "stage": ...}``. Config "task":
 ``probe`` (environment only), ``images`` (write the JPEGs once), ``measure`` (default: one workload,
 ``pipeline``, ``train`` or ``e2e``, under the environment the orchestrator set).
 
-``python -m hostcheck.bench.worker --serve '<json: {"expect": {...}}>'`` serves one variant of a group
-(hostcheck.bench.server is the other end): it checks the cheap proofs, imports torch and PIL once and prints
+``python -m hostcheck.inside.bench_worker --serve '<json: {"expect": {...}}>'`` serves one variant of a group
+(hostcheck.child.session is the other end): it checks the cheap proofs, imports torch and PIL once and prints
 a hello line, then reads one ``measure`` config per line on stdin and answers each with exactly one JSON
 line (``"started"`` says whether the measured part was reached), until EOF. Answers are plain JSON lines
 on the original stdout; everything else that prints to stdout in this process (torch, DataLoader workers,
 libraries) is sent to stderr, so it cannot corrupt an answer.
 
-Standard library, torch and PIL only (torch imported after the cheap checks), Python >= 3.9. The workload
-code is the workload probes' (JPEG writer, dataset, conv-net).
+Standard library, torch and PIL only (torch imported after the cheap checks), Python >= 3.9. The data and
+model are the workload probes' (hostcheck.inside.fixtures: JPEG writer, dataset, conv-net); what it reports
+of its environment (mapped libraries, allocator, PIL, threads) is read by the environment probe's functions
+(hostcheck.inside.probe).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ import time
 import traceback
 
 from hostcheck.bench import proof
-from hostcheck.workload.probes import JpegDataset, _cnn, emit, write_jpegs
-from hostcheck.workload.probes import _shm_bytes as shm_bytes
+from hostcheck.inside import probe
+from hostcheck.inside.fixtures import JpegDataset, shm_bytes, small_cnn, write_jpegs
+from hostcheck.inside.probe import cpus, pil_info, threads_info
+from hostcheck.inside.workload import emit
 
 ENV_KEYS = ("LD_PRELOAD", "MALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -49,14 +53,6 @@ def mark_start() -> None:
         emit({"event": "start"})
 
 
-def _maps() -> list[str]:
-    try:
-        with open("/proc/self/maps") as f:
-            return sorted({line.split()[-1] for line in f if "/" in line})
-    except OSError:
-        return []
-
-
 def shm_free_bytes(path: str = "/dev/shm") -> int:
     try:
         st = os.statvfs(path)
@@ -65,79 +61,9 @@ def shm_free_bytes(path: str = "/dev/shm") -> int:
     return st.f_frsize * st.f_bfree
 
 
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def pil_info() -> dict:
-    """Which PIL this process imports. pillow-simd only when that distribution owns the imported PIL/
-    (or, where ownership cannot be read, when its version is PIL's): both distributions can be listed
-    while PIL/ holds stock Pillow (a later `pip install` of a Pillow dependant overwrote it)."""
-    info: dict = {"version": None, "simd": False, "path": None, "dists": {}, "owner": None}
-    try:
-        import PIL
-        from PIL import Image  # noqa: F401  (the C extension must load too)
-    except Exception as exc:
-        info["error"] = f"{type(exc).__name__}: {exc}"
-        return info
-    info["version"] = getattr(PIL, "__version__", None)
-    init = os.path.realpath(PIL.__file__)
-    info["path"] = os.path.dirname(init)
-    try:
-        from importlib import metadata
-
-        for name in ("pillow-simd", "pillow"):
-            try:
-                dist = metadata.distribution(name)
-            except metadata.PackageNotFoundError:
-                continue
-            info["dists"][name] = dist.version
-            try:
-                owns = os.path.realpath(str(dist.locate_file("PIL/__init__.py"))) == init
-            except Exception:
-                owns = False
-            if owns and info["owner"] is None:
-                info["owner"] = name
-    except Exception as exc:  # metadata unreadable: fall back to the version rule below
-        info["metadata_error"] = f"{type(exc).__name__}: {exc}"
-    if info["owner"] is not None:
-        info["simd"] = info["owner"] == "pillow-simd"
-    else:
-        simd_version = info["dists"].get("pillow-simd")
-        info["simd"] = simd_version is not None and simd_version == info["version"]
-    try:
-        from PIL import features
-
-        info["libjpeg_turbo"] = features.version("libjpeg_turbo")
-    except Exception:
-        info["libjpeg_turbo"] = None
-    try:
-        from PIL import _imaging
-
-        info["imaging_so"] = os.path.realpath(_imaging.__file__)
-    except Exception:
-        info["imaging_so"] = None
-    return info
-
-
 def allocator_info(maps: list[str] | None = None) -> dict:
-    maps = _maps() if maps is None else maps
-    return {
-        "mapped": [p for p in maps if proof.allocator_kind(p)],
-        "ld_preload": os.environ.get("LD_PRELOAD"),
-        "malloc_conf": os.environ.get("MALLOC_CONF"),
-    }
-
-
-def threads_info(torch) -> dict:
-    return {
-        "torch": torch.get_num_threads(),
-        "omp_env": os.environ.get("OMP_NUM_THREADS"),
-        "openmp": [
-            p for p in _maps() if any(n in os.path.basename(p) for n in ("libgomp", "libiomp", "libomp"))
-        ],
-        "cpus": _cpus(),
-    }
+    """The environment probe's allocator_info, with the allocator kinds the proofs use."""
+    return probe.allocator_info(proof.allocator_kind, maps)
 
 
 def _device(torch, want: str):
@@ -186,7 +112,7 @@ def _loader(torch, ds, cfg: dict):
 def _model(torch, cfg: dict, dev):
     torch.manual_seed(int(cfg.get("seed", 0)))
     nn = torch.nn
-    model = _cnn(nn, list(cfg.get("channels", (16, 32, 64)))).to(dev)
+    model = small_cnn(nn, list(cfg.get("channels", (16, 32, 64)))).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -304,11 +230,11 @@ def task_probe(cfg: dict) -> dict:
         "executable": sys.executable,
         "tag": "cp{}{}".format(*sys.version_info[:2]),
         "machine": platform.machine(),
-        "cpus": _cpus(),
+        "cpus": cpus(),
         "pil": pil_info(),
         "allocator": allocator_info(),
         "shm_bytes": shm_bytes(),
-        "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+        "env": probe.env_vars(ENV_KEYS),
     }
     try:
         import torch
@@ -480,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = json.loads(argv[0]) if argv else None
         if not isinstance(cfg, dict) or cfg.get("task", "measure") not in TASKS:
             sys.stderr.write(
-                "usage: python -m hostcheck.bench.worker '<json config>' | --serve '<json config>'\n"
+                "usage: python -m hostcheck.inside.bench_worker '<json config>' | --serve '<json config>'\n"
             )
             return 2
         stage = cfg.get("task", "measure")

@@ -4,13 +4,13 @@
 CUDA events, after a warm-up; a device-to-device copy counted as read + write), not the datasheet peak.
 Each figure says where it comes from:
 
-- ``measured``: measured by this project on a real node (docs/workload.md, /work/shared/NOTES.md).
+- ``measured``: measured by this project on a real node (docs/workload.md).
 - ``published``: a published measurement of the best achievable figure (ml-engineering, Stas Bekman).
 - ``estimate``: datasheet dense peak x the efficiency measured on the reference H100 SXM node for that
   dtype. Estimates can warn but never fail (see judge.judge_fraction); replace one with a measurement
   when a node of that SKU is at hand (``benchmarks/matmul_h2d_long_vs_short.py`` prints the figures).
 
-Efficiencies from the reference H100 SXM (H100 80GB HBM3, driver 580, torch 2.11+cu130, NOTES.md):
+Efficiencies from the reference H100 SXM (H100 80GB HBM3 SXM, driver 580.159.04, torch 2.11.0+cu130, Ubuntu 24.04):
 bf16 780/989 = 0.789, fp16 749/989 = 0.757, tf32 405/494.7 = 0.819, fp32 50/66.9 = 0.747,
 device copy 3.0/3.35 TB/s = 0.896. Datasheet dense (no sparsity) peaks are NVIDIA's product datasheets
 and architecture whitepapers (Volta, Ampere GA100 and GA102, Ada AD102/AD104, Hopper), quoted per entry.
@@ -77,7 +77,7 @@ def _a100_sxm() -> dict:
     )
 
 
-_NOTES = "measured on the reference H100 SXM node (NOTES.md, long run, 8192^3)"
+_MEASURED_H100 = "measured on the reference H100 SXM node (long run, 8192^3)"
 
 # Order matters: the first pattern that matches the device name wins (specific before general).
 # Patterns are matched case-insensitively against NVML's / torch's device name.
@@ -89,12 +89,12 @@ SKUS: tuple[tuple[str, Sku], ...] = (
             "H100 SXM",
             {
                 # 4096^3 read 766 there, within 2% of 8192^3; ml-engineering publishes 794.5 (80.3% of 989).
-                "bf16": Figure(780.0, MEASURED, _NOTES),
-                "fp16": Figure(749.0, MEASURED, _NOTES),
-                "tf32": Figure(405.0, MEASURED, _NOTES),
-                "fp32": Figure(50.0, MEASURED, _NOTES),
+                "bf16": Figure(780.0, MEASURED, _MEASURED_H100),
+                "fp16": Figure(749.0, MEASURED, _MEASURED_H100),
+                "tf32": Figure(405.0, MEASURED, _MEASURED_H100),
+                "fp32": Figure(50.0, MEASURED, _MEASURED_H100),
             },
-            Figure(3000.0, MEASURED, "device copy measured on the reference H100 SXM node (NOTES.md)"),
+            Figure(3000.0, MEASURED, "device copy measured on the reference H100 SXM node (read + write)"),
         ),
     ),
     (
@@ -135,10 +135,10 @@ SKUS: tuple[tuple[str, Sku], ...] = (
             {
                 # Same GH100 compute as H100 SXM (datasheet 989 / 494.7 / 67 dense): the H100 SXM
                 # measurements apply; more memory bandwidth can only help.
-                "bf16": Figure(780.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _NOTES),
-                "fp16": Figure(749.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _NOTES),
-                "tf32": Figure(405.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _NOTES),
-                "fp32": Figure(50.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _NOTES),
+                "bf16": Figure(780.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _MEASURED_H100),
+                "fp16": Figure(749.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _MEASURED_H100),
+                "tf32": Figure(405.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _MEASURED_H100),
+                "fp32": Figure(50.0, ESTIMATE, "H200 datasheet compute = H100 SXM; " + _MEASURED_H100),
             },
             # H200 SXM datasheet: HBM3e 4.8 TB/s.
             _est_copy(4.8, "H200 datasheet"),

@@ -3,14 +3,15 @@
 Thresholds and where they come from:
 
 - Fraction of achievable (matmul, device copy, pinned host<->device): pass at or above 0.90, warn from
-  0.75, fail below (issue 4). nccl-tests fails below 0.9 x its minimum too; DCGM sets its memory
-  bandwidth floor at 0.75 x measured (FIELD.md).
+  0.75, fail below. nccl-tests fails when busbw is below 0.9 x NCCL_TESTS_MIN_BW (NVIDIA/nccl-tests);
+  DCGM's diagnostic sets its memory bandwidth floor at 0.75 x measured (its per-SKU limits: H100 80GB HBM3
+  1,905,000 MB/s).
 - PCIe: theoretical per-lane GB/s after line encoding; pinned copies reach about 0.85 of it (the
   reference H100 node: 54 GB/s pinned on gen5 x16 = 63.0 GB/s theoretical, 0.857), so the achievable
   pinned figure is 0.85 x theoretical and the pass line 0.90 x 0.85 = 0.765 x theoretical = 48.2 GB/s on
-  gen5 x16, which is Azure HPC health checks' H100 host<->device floor of 48 GB/s (FIELD.md).
+  gen5 x16, which is Azure HPC health checks' H100 host<->device floor of 48 GB/s (Azure/azurehpc-health-checks).
 - all_reduce bus bandwidth: fail below Meta GCM's critical NCCL floor (180 GB/s with NVLink, 18 GB/s
-  without), warn within 1.05 x of it (Azure's warn band 1.0-1.05x) (FIELD.md).
+  without), warn within 1.05 x of it (Azure HPC health checks' warn band, 1.0-1.05x).
 - AMP speedup: our own rule, from the reference H100 (CNN 3.1x fp16 + channels_last, transformer 6.1x
   bf16): below 1.0x fails (AMP is slower), below 1.3x warns, else passes.
 """
@@ -43,7 +44,7 @@ PINNED_EFFICIENCY = 0.85
 #: the reference node's 17 GB/s pageable is 0.27 of gen5 x16).
 PAGEABLE_WARN_FRACTION = 0.10
 
-#: Meta GCM's NCCL critical floors, GB/s bus bandwidth (FIELD.md).
+#: Meta GCM's NCCL critical floors, GB/s bus bandwidth (facebookresearch/gcm health checks).
 BUSBW_FLOOR_NVLINK = 180.0
 BUSBW_FLOOR_PCIE = 18.0
 #: Azure HPC health checks warn within 1.0-1.05 x of a floor.
@@ -168,7 +169,7 @@ def loss_numerics(losses) -> tuple[str, str]:
 
 
 def dataloader_status(best_ips: float | None, zero_ips: float | None, cpus: int) -> str | None:
-    """Workers should beat num_workers=0 by 1.2x when there are at least 4 CPUs (NOTES: 2 workers = 1.56x
+    """Workers should beat num_workers=0 by 1.2x when there are at least 4 CPUs (measured on a 2-core VM: 2 workers = 1.56x
     on 2 cores). None when it cannot be judged (too few CPUs to expect a gain)."""
     if not best_ips or not zero_ips:
         return None

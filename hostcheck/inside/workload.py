@@ -1,17 +1,21 @@
 """Workload probes: the code that runs in a child process of the *training* Python.
 
 Standalone: standard library, torch (imported lazily) and PIL (for the DataLoader probe) only; no
-hostcheck import, Python >= 3.9, so it runs from its file path in a venv that lacks hostcheck::
+hostcheck import, Python >= 3.9, so it runs from its file path in a venv that lacks hostcheck (the data and
+model it shares with the bench worker, fixtures.py, is loaded from this file's folder)::
 
-    python probes.py suite --json-args '{"device": "cuda", "sections": ["matmul", "amp"]}'
-    python probes.py ddp_worker --json-args '{"backend": "gloo"}'      # under RANK/WORLD_SIZE/... env
-    python probes.py burn --json-args '{"seconds": 60}'
+    python workload.py suite --json-args '{"device": "cuda", "sections": ["matmul", "amp"]}'
+    python workload.py ddp_worker --json-args '{"backend": "gloo"}'      # under RANK/WORLD_SIZE/... env
+    python workload.py burn --json-args '{"seconds": 60}'
 
 Every result is one stdout line ``HOSTCHECK_WORKLOAD_JSON:{...}``, flushed at once, so what finished
 before a hang or a crash survives the kill. The suite emits ``{"probe": NAME, "event": "start"}`` before
 each section, then ``{"probe": NAME, "ok": true, "data": {...}}`` or ``{"probe": NAME, "ok": false,
 "error": "...", "traceback": "..."}``: a Python exception in one section does not stop the next one.
 Every probe also runs on the CPU with tiny sizes, so CPU tests exercise the same code.
+
+Why one module: it is started by its path as one script in a venv that may lack hostcheck; every extra file
+it needed would have to be found and loaded by path the way fixtures.py is, for no gain to the reader.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import gc
 import json
 import math
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -30,8 +33,36 @@ import tempfile
 import time
 import traceback
 
-if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(__file__):
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE:
     sys.path.pop(0)  # run as a script: our folder must not shadow anything the training venv imports
+
+
+def _sibling(name: str):
+    """``name``.py from this file's folder, for a run by path where hostcheck may not be importable: loaded
+    from its path (that folder stays off sys.path) and registered under a name of its own, which is how a
+    DataLoader worker started by spawn finds the dataset's class again (it re-runs this file first)."""
+    import importlib.util
+
+    mod_name = f"hostcheck_inside_{name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, os.path.join(_HERE, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+if __package__:  # imported as hostcheck.inside.workload (tests, the GPU tests)
+    from . import fixtures
+else:  # run by path in the training Python
+    fixtures = _sibling("fixtures")
+JpegDataset = fixtures.JpegDataset
+recommended_workers = fixtures.recommended_workers
+shm_bytes = fixtures.shm_bytes
+small_cnn = fixtures.small_cnn
+write_jpegs = fixtures.write_jpegs
 
 MARKER = "HOSTCHECK_WORKLOAD_JSON:"
 MIB = 1 << 20
@@ -311,24 +342,6 @@ def probe_bandwidth(args: dict) -> dict:
 # ----------------------------------------------------------------------------------------------- AMP
 
 
-def _cnn(nn, channels, classes=10):
-    layers = []
-    c_in = 3
-    for c in channels:
-        layers += [
-            nn.Conv2d(c_in, c, 3, padding=1, bias=False),
-            nn.BatchNorm2d(c),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(c, c, 3, padding=1, bias=False),
-            nn.BatchNorm2d(c),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(2),
-        ]
-        c_in = c
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)]
-    return nn.Sequential(*layers)
-
-
 def _transformer(nn, d, heads, layers):
     blocks = [
         nn.TransformerEncoderLayer(
@@ -363,7 +376,7 @@ def amp_run(torch, device, model_kind: str, mode: str, cfg: dict) -> dict:
     gen = torch.Generator(device="cpu").manual_seed(1)
     if model_kind == "cnn":
         c = cfg["cnn"]
-        model = _cnn(nn, c["channels"]).to(device).to(memory_format=torch.channels_last)
+        model = small_cnn(nn, c["channels"]).to(device).to(memory_format=torch.channels_last)
         x = torch.randn(c["batch"], 3, c["size"], c["size"], generator=gen).to(device)
         x = x.contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, 10, (c["batch"],), generator=gen).to(device)
@@ -464,91 +477,6 @@ def probe_amp(args: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------- DataLoader
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def write_jpegs(
-    folder: str, count: int, size=(484, 402), quality: int = 90, seed: int = 0, distinct: int = 16
-):
-    """Synthetic JPEGs with structure (gradients + noise), so decode costs like a photo's."""
-    from PIL import Image, ImageFilter
-
-    rnd = random.Random(seed)
-    _w, _h = size
-    base = Image.merge(
-        "RGB",
-        [
-            Image.linear_gradient("L").resize(size),
-            Image.radial_gradient("L").resize(size),
-            Image.effect_noise(size, 60).filter(ImageFilter.GaussianBlur(2)),
-        ],
-    )
-    paths = []
-    for i in range(count):
-        p = os.path.join(folder, f"img_{i:05d}.jpg")
-        if i < distinct:
-            noise = Image.effect_noise(size, 30 + rnd.random() * 40)
-            img = Image.blend(base, Image.merge("RGB", [noise, noise.rotate(90, expand=False), noise]), 0.5)
-            img.rotate(rnd.random() * 360).save(p, "JPEG", quality=quality)
-        else:  # decoding costs the same for a copy; copying is much faster than encoding
-            shutil.copyfile(paths[i % distinct], p)
-        paths.append(p)
-    return paths
-
-
-class JpegDataset:
-    """decode (PIL) -> random resized crop -> horizontal flip -> float tensor -> normalise (no torchvision)."""
-
-    def __init__(self, paths, crop: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), seed=None):
-        self.paths = list(paths)
-        self.crop = crop
-        self.scale = scale
-        self.ratio = ratio
-        # None: fresh random crops; an int: the same crops on every run (A/B benchmarks do the same work).
-        self.seed = seed
-
-    def __len__(self):
-        return len(self.paths)
-
-    def _box(self, w, h, rnd):
-        area = w * h
-        for _ in range(10):
-            target = area * rnd.uniform(*self.scale)
-            ar = math.exp(rnd.uniform(math.log(self.ratio[0]), math.log(self.ratio[1])))
-            cw = round(math.sqrt(target * ar))
-            ch = round(math.sqrt(target / ar))
-            if 0 < cw <= w and 0 < ch <= h:
-                x = rnd.randint(0, w - cw)
-                y = rnd.randint(0, h - ch)
-                return (x, y, x + cw, y + ch)
-        s = min(w, h)
-        return ((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s)
-
-    def __getitem__(self, i):
-        import torch
-        from PIL import Image
-
-        rnd = random.Random() if self.seed is None else random.Random(self.seed * 1_000_003 + i)
-        with Image.open(self.paths[i]) as im:
-            img = im.convert("RGB")
-        bilinear = getattr(Image, "Resampling", Image).BILINEAR
-        flip = getattr(Image, "Transpose", Image).FLIP_LEFT_RIGHT
-        img = img.resize((self.crop, self.crop), bilinear, box=self._box(img.width, img.height, rnd))
-        if rnd.random() < 0.5:
-            img = img.transpose(flip)
-        t = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(self.crop, self.crop, 3)
-        t = t.permute(2, 0, 1).float().div_(255.0)
-        mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
-        std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
-        return t.sub_(mean).div_(std), i % 10
-
-
-def recommended_workers(cpus: int, gpus: int) -> int:
-    """The usual rule: the CPUs per GPU, less one for the training process, at most 8, at least 1."""
-    per_gpu = max(1, cpus // max(1, gpus))
-    return max(1, min(8, per_gpu - 1))
-
 
 def dataloader_images(workers, batch: int, floor: int = 192) -> int:
     """Images per epoch: three batches for each worker of the largest count, or that count measures one
@@ -641,18 +569,10 @@ def probe_dataloader(args: dict) -> dict:
             "best_workers": best,
             "best_ips": good.get(best) if best is not None else None,
             "zero_ips": good.get(0),
-            "shm_bytes": _shm_bytes(),
+            "shm_bytes": shm_bytes(),
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _shm_bytes():
-    try:
-        st = os.statvfs("/dev/shm")
-        return st.f_frsize * st.f_blocks
-    except OSError:
-        return None
 
 
 # ----------------------------------------------------------------------------------------------- DDP
@@ -909,7 +829,7 @@ def run_probe(name: str, fn, args: dict) -> dict:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        sys.stderr.write("usage: probes.py suite|ddp_worker|burn|<section> [--json-args JSON]\n")
+        sys.stderr.write("usage: workload.py suite|ddp_worker|burn|<section> [--json-args JSON]\n")
         return 2
     name = argv[0]
     args: dict = {}

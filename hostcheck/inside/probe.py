@@ -1,8 +1,12 @@
-"""Probe run as a child process in the *training* Python (``python -c <this source>``).
+"""Probe run as a child process in the *training* Python (``python -c <this source>``, or by path).
 
 Standard library only, Python >= 3.9, no hostcheck import (the training venv need not have hostcheck).
 Prints ``HOSTCHECK_PROBE_JSON:{"phase": ...}`` as each slow step starts (so a hang is named by the step it
 hung in), then one ``HOSTCHECK_PROBE_JSON:{...}`` line with the result; everything else on stdout is ignored.
+
+Its readers of the process's own environment (:func:`maps`, :func:`pil_info`, :func:`allocator_info`,
+:func:`threads_info`, :func:`cpus`, :func:`env_vars`) are also the bench worker's (hostcheck.inside.bench_worker
+imports them): one probe of the environment inside the training Python.
 """
 
 import json
@@ -35,13 +39,105 @@ def _limit(v):
     return -1 if v == resource.RLIM_INFINITY else int(v)
 
 
-def _maps():
+def maps():
+    """The files mapped into this process (/proc/self/maps), sorted: the libraries it loaded."""
     try:
         with open("/proc/self/maps") as f:
             paths = {line.split()[-1] for line in f if "/" in line}
     except OSError:
         return []
     return sorted(paths)
+
+
+OPENMP_LIBS = ("libgomp", "libiomp", "libomp")
+
+
+def openmp_libs(paths):
+    """The OpenMP runtimes among mapped ``paths``."""
+    return [p for p in paths if any(n in os.path.basename(p) for n in OPENMP_LIBS)]
+
+
+def cpus():
+    """The CPUs this process may run on (its affinity), else the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def env_vars(keys, prefixes=()):
+    """The variables of this process's environment named in ``keys`` or starting with one of ``prefixes``."""
+    prefixes = tuple(prefixes)
+    return {k: v for k, v in os.environ.items() if k in keys or (prefixes and k.startswith(prefixes))}
+
+
+def allocator_info(kind, paths=None):
+    """The malloc replacement this process got: mapped allocator libraries (``kind(path)``: the allocator a
+    library path is, or None; hostcheck.bench.proof.allocator_kind), LD_PRELOAD and MALLOC_CONF."""
+    paths = maps() if paths is None else paths
+    return {
+        "mapped": [p for p in paths if kind(p)],
+        "ld_preload": os.environ.get("LD_PRELOAD"),
+        "malloc_conf": os.environ.get("MALLOC_CONF"),
+    }
+
+
+def threads_info(torch, paths=None):
+    """torch's intra-op threads, OMP_NUM_THREADS, the OpenMP runtimes mapped, the CPUs."""
+    return {
+        "torch": torch.get_num_threads(),
+        "omp_env": os.environ.get("OMP_NUM_THREADS"),
+        "openmp": openmp_libs(maps() if paths is None else paths),
+        "cpus": cpus(),
+    }
+
+
+def pil_info():
+    """Which PIL this process imports. pillow-simd only when that distribution owns the imported PIL/
+    (or, where ownership cannot be read, when its version is PIL's): both distributions can be listed
+    while PIL/ holds stock Pillow (a later `pip install` of a Pillow dependant overwrote it)."""
+    info = {"version": None, "simd": False, "path": None, "dists": {}, "owner": None}
+    try:
+        import PIL
+        from PIL import Image  # noqa: F401  (the C extension must load too)
+    except Exception as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["version"] = getattr(PIL, "__version__", None)
+    init = os.path.realpath(PIL.__file__)
+    info["path"] = os.path.dirname(init)
+    try:
+        from importlib import metadata
+
+        for name in ("pillow-simd", "pillow"):
+            try:
+                dist = metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                continue
+            info["dists"][name] = dist.version
+            try:
+                owns = os.path.realpath(str(dist.locate_file("PIL/__init__.py"))) == init
+            except Exception:
+                owns = False
+            if owns and info["owner"] is None:
+                info["owner"] = name
+    except Exception as exc:  # metadata unreadable: fall back to the version rule below
+        info["metadata_error"] = f"{type(exc).__name__}: {exc}"
+    if info["owner"] is not None:
+        info["simd"] = info["owner"] == "pillow-simd"
+    else:
+        simd_version = info["dists"].get("pillow-simd")
+        info["simd"] = simd_version is not None and simd_version == info["version"]
+    try:
+        from PIL import features
+
+        info["libjpeg_turbo"] = features.version("libjpeg_turbo")
+    except Exception:
+        info["libjpeg_turbo"] = None
+    try:
+        from PIL import _imaging
+
+        info["imaging_so"] = os.path.realpath(_imaging.__file__)
+    except Exception:
+        info["imaging_so"] = None
+    return info
 
 
 # Formats and fonts stock Pillow's wheel has; a pillow-simd built without their -dev packages lacks them.
@@ -134,7 +230,7 @@ def main():
         "python": platform.python_version(),
         "executable": sys.executable,
         "prefix": sys.prefix,
-        "env": {k: os.environ[k] for k in os.environ if k in ENV_KEYS or k.startswith("TCMALLOC_")},
+        "env": env_vars(ENV_KEYS, ("TCMALLOC_",)),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "rlimits": {
             "memlock": [_limit(x) for x in resource.getrlimit(resource.RLIMIT_MEMLOCK)],
@@ -144,13 +240,11 @@ def main():
     _pillow(out)
     if os.environ.get("HOSTCHECK_PROBE_NO_TORCH") != "1":
         _torch(out)
-    maps = _maps()
+    mapped = maps()
     out["maps"] = {
-        "jemalloc": [p for p in maps if "jemalloc" in os.path.basename(p)],
-        "tcmalloc": [p for p in maps if "tcmalloc" in os.path.basename(p)],
-        "openmp": [
-            p for p in maps if any(n in os.path.basename(p) for n in ("libgomp", "libiomp", "libomp"))
-        ],
+        "jemalloc": [p for p in mapped if "jemalloc" in os.path.basename(p)],
+        "tcmalloc": [p for p in mapped if "tcmalloc" in os.path.basename(p)],
+        "openmp": openmp_libs(mapped),
     }
     try:
         import ctypes

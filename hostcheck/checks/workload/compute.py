@@ -1,0 +1,288 @@
+"""Workload checks of one GPU's speed: matmul throughput per dtype, host<->device and device memory bandwidth.
+
+Each is judged against what a healthy GPU of its SKU achieves (sku.py) or what its PCIe link carries
+(judge.py), GPU by GPU; the slowest GPU is the check's value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload import sku as S
+from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, verdict_or_skip, workload_check
+from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.registry import Outcome
+
+_HINT_MATMUL = (
+    "look for throttling (nvidia-smi -q -d PERFORMANCE: power cap, thermal, HW slowdown), a lowered power "
+    "limit or application clocks, other processes on the GPU, and ECC/row-remap events; re-measure with "
+    "benchmarks/matmul_h2d_long_vs_short.py"
+)
+_HINT_COPY = (
+    "check for throttling and other processes on the GPU; compare nvidia-smi -q -d CLOCK memory clocks"
+)
+
+
+def _precision_env(run: WorkloadRun) -> str:
+    """Variables that force TF32 off (NVIDIA_TF32_OVERRIDE=0) or on for fp32, as the env probe saw them."""
+    env, _ = suite_section(run, "env")
+    found = (env or {}).get("precision_env") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(found.items()))
+
+
+def _matmul(run: WorkloadRun, on_gpu: bool, dt: str) -> Outcome:
+    data, err = suite_section(run, "matmul")
+    if data is None:
+        return _f(J.ERROR, f"matmul not measured: {err}")
+    rows = data.get("gpus") or []
+    if not on_gpu:
+        cpu = (rows[0].get("dtypes") or {}).get(dt, {}) if rows else {}
+        v = num(cpu.get("tflops"))
+        msg = "no CUDA GPU: " + (f"{dt} matmul on the CPU {v:.3g} TFLOP/s, no verdict" if v else "skipped")
+        return _f(J.SKIP, msg, value=v, unit="TFLOP/s")
+    statuses, details, values, expected = [], [], [], None
+    errors = []
+    for row in rows:
+        m = (row.get("dtypes") or {}).get(dt) or {}
+        name = row.get("name")
+        if "error" in m:
+            errors.append(f"GPU {row.get('index')}: {m['error']}")
+            statuses.append(J.ERROR)
+            continue
+        v = num(m.get("tflops"))
+        if v is None:
+            continue
+        values.append(v)
+        if m.get("finite") is False:
+            statuses.append(J.FAIL)
+            details.append(f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s but the result is not finite")
+            continue
+        fig = S.matmul_figure(name, dt)
+        st, frac = J.judge_fraction(v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False)
+        statuses.append(st)
+        if fig:
+            expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} achievable, {fig.basis})"
+            details.append(
+                f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({fig.source})"
+            )
+        else:
+            details.append(
+                f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s (no reference for this SKU/dtype)"
+            )
+    status = verdict_or_skip(statuses)
+    worst_v = min(values) if values else None
+    if errors and not values:
+        return _f(J.ERROR, "; ".join(errors)[:500], details=tuple(details))
+    if status == J.SKIP:
+        msg = (
+            f"{dt} matmul {worst_v:.1f} TFLOP/s measured; unknown SKU or dtype, no verdict"
+            if worst_v
+            else f"{dt} matmul not measured"
+        )
+    else:
+        msg = f"{dt} matmul {worst_v:.1f} TFLOP/s on the slowest GPU ({len(values)} measured)"
+    hint = _HINT_MATMUL if status in (J.WARN, J.FAIL) else None
+    forced = _precision_env(run)
+    if hint and forced and dt in ("tf32", "fp32"):
+        hint = f"{forced} is set in the training environment and changes what {dt} runs; " + hint
+    return _f(
+        status, msg, value=worst_v, unit="TFLOP/s", expected=expected, hint=hint, details=tuple(details)
+    )
+
+
+@workload_check("workload.E001", "Matmul throughput, bf16", 2.0, "matmul")
+def matmul_bf16(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    return _matmul(run, on_gpu, "bf16")
+
+
+@workload_check("workload.E002", "Matmul throughput, fp16", 1.0, "matmul")
+def matmul_fp16(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    return _matmul(run, on_gpu, "fp16")
+
+
+@workload_check("workload.E003", "Matmul throughput, tf32", 1.0, "matmul")
+def matmul_tf32(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    return _matmul(run, on_gpu, "tf32")
+
+
+@workload_check("workload.E004", "Matmul throughput, fp32", 0.5, "matmul")
+def matmul_fp32(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    return _matmul(run, on_gpu, "fp32")
+
+
+# ------------------------------------------------------------------------------------------ bandwidth
+
+
+def _pcie_desc(gpu: Any) -> str:
+    if gpu is None:
+        return "link unknown"
+    gen, width = link_int(gpu, "pcie_gen_current"), link_int(gpu, "pcie_width_current")
+    gmax, wmax = link_int(gpu, "pcie_gen_max"), link_int(gpu, "pcie_width_max")
+    cur = f"gen{gen} x{width}" if gen else "?"
+    mx = f"gen{gmax} x{wmax}" if gmax else "?"
+    return f"link {cur} now, {mx} max"
+
+
+def _pcie_hint(gpu: Any) -> str:
+    parts = []
+    width, wmax = link_int(gpu, "pcie_width_current"), link_int(gpu, "pcie_width_max")
+    if width and wmax and width < wmax:
+        parts.append(
+            f"the link trained at x{width} of x{wmax}: reseat the GPU or riser, check the slot and BIOS "
+            "bifurcation"
+        )
+    else:
+        parts.append("check the link width (nvidia-smi -q -d PCIE; lspci -vv LnkSta vs LnkCap)")
+    parts.append("IOMMU translation (try iommu=pt on the kernel command line)")
+    node = link_int(gpu, "numa_node")
+    numa = f" {node}" if node is not None else ""
+    parts.append(f"NUMA placement (run on the GPU's node{numa}: numactl --cpunodebind=N --membind=N)")
+    return "; ".join(parts)
+
+
+def _link_rates(gpu: Any) -> tuple[float | None, float | None]:
+    """(theoretical, achievable pinned) GB/s of a GPU's PCIe link at its maximum generation and width."""
+    gen, width = link_int(gpu, "pcie_gen_max"), link_int(gpu, "pcie_width_max")
+    return J.pcie_theoretical_gbs(gen, width), J.pinned_achievable_gbs(gen, width)
+
+
+def _bandwidth_rows(run: WorkloadRun, on_gpu: bool) -> tuple[list[dict], Outcome | None]:
+    """The bandwidth section's per-GPU rows, or the outcome when there is nothing to judge."""
+    data, err = suite_section(run, "bandwidth")
+    if data is None:
+        return [], _f(J.ERROR, f"bandwidth not measured: {err}")
+    if not on_gpu:
+        return [], _f(J.SKIP, "no CUDA GPU: nothing to measure")
+    return data.get("gpus") or [], None
+
+
+def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str) -> Outcome:
+    rows, early = _bandwidth_rows(run, on_gpu)
+    if early is not None:
+        return early
+    statuses, details, values = [], [], []
+    hint, expected = None, None
+    for row in rows:
+        m = row.get(key) or {}
+        gpu = gpu_for(gpus, row.get("index"))
+        if "error" in m:
+            statuses.append(J.ERROR)
+            details.append(f"GPU {row.get('index')}: {m['error']}")
+            continue
+        v = num(m.get("gbs"))
+        if v is None:
+            continue
+        values.append(v)
+        theo, ach = _link_rates(gpu)
+        st, _ = J.judge_fraction(v, ach)
+        statuses.append(st)
+        if ach and theo:
+            expected = f">= {J.PASS_FRACTION * ach:.1f} (90% of {ach:.1f} = 0.85 x {theo:.1f} theoretical)"
+            details.append(
+                f"GPU {row.get('index')}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
+            )
+            if st in (J.WARN, J.FAIL) and hint is None:
+                hint = _pcie_hint(gpu)
+        else:
+            details.append(f"GPU {row.get('index')}: {v:.1f} GB/s (PCIe link unknown: no verdict)")
+    status = verdict_or_skip(statuses)
+    worst_v = min(values) if values else None
+    what = "host-to-device" if key.startswith("h2d") else "device-to-host"
+    if worst_v is None:
+        msg = f"{what} pinned not measured"
+    elif status == J.SKIP:
+        msg = f"{what} pinned {worst_v:.1f} GB/s; PCIe link unknown (NVML), no verdict"
+    else:
+        msg = f"{what} pinned {worst_v:.1f} GB/s on the slowest GPU"
+    return _f(status, msg, value=worst_v, unit="GB/s", expected=expected, hint=hint, details=tuple(details))
+
+
+@workload_check("workload.E005", "Host-to-device bandwidth, pinned", 1.0, "bandwidth")
+def h2d_pinned(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    return _pinned(run, gpus, on_gpu, "h2d_pinned")
+
+
+@workload_check("workload.E006", "Device-to-host bandwidth, pinned", 1.0, "bandwidth")
+def d2h_pinned(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    return _pinned(run, gpus, on_gpu, "d2h_pinned")
+
+
+@workload_check("workload.E007", "Host<->device bandwidth, pageable", 0.5, "bandwidth")
+def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    rows, early = _bandwidth_rows(run, on_gpu)
+    if early is not None:
+        return early
+    statuses, details, values = [], [], []
+    for row in rows:
+        theo, _ = _link_rates(gpu_for(gpus, row.get("index")))
+        for key in ("h2d_pageable", "d2h_pageable"):
+            m = row.get(key) or {}
+            v = num(m.get("gbs"))
+            if v is None:
+                if "error" in m:
+                    statuses.append(J.ERROR)
+                    details.append(f"GPU {row.get('index')} {key}: {m['error']}")
+                continue
+            values.append(v)
+            pinned = num((row.get(key.replace("pageable", "pinned")) or {}).get("gbs"))
+            ratio = f", {v / pinned:.0%} of pinned" if pinned else ""
+            details.append(f"GPU {row.get('index')} {key}: {v:.1f} GB/s{ratio}")
+            if theo:
+                statuses.append(J.WARN if v < J.PAGEABLE_WARN_FRACTION * theo else J.PASS)
+    status = verdict_or_skip(statuses)
+    worst_v = min(values) if values else None
+    return _f(
+        status,
+        f"pageable copies {worst_v:.1f} GB/s at the slowest (pinned memory is the fast path: "
+        "DataLoader(pin_memory=True))"
+        if worst_v
+        else "pageable copies not measured",
+        value=worst_v,
+        unit="GB/s",
+        expected=f">= {J.PAGEABLE_WARN_FRACTION:.0%} of the link's theoretical rate",
+        hint="pageable copies are staged by one CPU thread: check memory bandwidth, NUMA placement and "
+        "transparent hugepages"
+        if status == J.WARN
+        else None,
+        details=tuple(details),
+    )
+
+
+@workload_check("workload.E008", "Device memory bandwidth", 1.0, "bandwidth")
+def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    rows, early = _bandwidth_rows(run, on_gpu)
+    if early is not None:
+        return early
+    statuses, details, values, expected = [], [], [], None
+    for row in rows:
+        m = row.get("device_copy") or {}
+        if "error" in m:
+            statuses.append(J.ERROR)
+            details.append(f"GPU {row.get('index')}: {m['error']}")
+            continue
+        v = num(m.get("gbs"))
+        if v is None:
+            continue
+        values.append(v)
+        fig = S.copy_figure(row.get("name"))
+        st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE))
+        statuses.append(st)
+        if fig:
+            expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} GB/s, {fig.basis})"
+            details.append(
+                f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s = {frac:.0%} ({fig.source})"
+            )
+        else:
+            details.append(f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s (unknown SKU)")
+    status = verdict_or_skip(statuses)
+    worst_v = min(values) if values else None
+    return _f(
+        status,
+        f"device copy {worst_v:.0f} GB/s (read + write) on the slowest GPU" if worst_v else "not measured",
+        value=worst_v,
+        unit="GB/s",
+        expected=expected,
+        hint=_HINT_COPY if status in (J.WARN, J.FAIL) else None,
+        details=tuple(details),
+    )

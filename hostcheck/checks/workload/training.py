@@ -1,0 +1,387 @@
+"""Workload checks of training: AMP numerics and speedup, the DataLoader, DDP on this node and across nodes,
+and the optional burn-in.
+"""
+
+from __future__ import annotations
+
+from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
+from hostcheck.gather.workload import WorkloadRun, started, suite_run_for, suite_section
+from hostcheck.registry import Outcome
+
+
+@workload_check("workload.E009", "AMP training step numerics", 2.0, "amp")
+def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    data, err = suite_section(run, "amp")
+    if data is None:
+        return _f(J.ERROR, f"AMP step not run: {err}")
+    statuses, details, bad = [], [], []
+    for kind, modes in (data.get("models") or {}).items():
+        for mode, r in modes.items():
+            if "error" in r:
+                statuses.append(J.ERROR)
+                bad.append(f"{kind} {mode}: raised {r['error']}")
+                continue
+            st, why = J.loss_numerics(r.get("losses") or [])
+            if mode == "fp16":
+                sst = J.scaler_status(int(r.get("skipped") or 0), int(r.get("steps") or 0))
+                if sst != J.PASS:
+                    why += f"; GradScaler skipped {r.get('skipped')} of {r.get('steps')} steps"
+                    st = J.worst([st, sst])
+            statuses.append(st)
+            line = f"{kind} {mode}: {why}"
+            details.append(line)
+            if st != J.PASS:
+                bad.append(line)
+    status = verdict_or_skip(statuses)
+    if status == J.PASS:
+        msg = f"finite losses that fall, GradScaler healthy ({len(statuses)} model/precision runs, {data.get('device')})"
+    elif status == J.SKIP:
+        msg = "no AMP runs recorded"
+    else:
+        msg = "; ".join(bad)[:500]
+    hint = (
+        "a numerics failure on a healthy stack points at the GPU (ECC, row remaps) or a broken torch/cuDNN "
+        "install; re-run, then run with CUDA_LAUNCH_BLOCKING=1 for the failing precision"
+        if status in (J.FAIL, J.ERROR)
+        else None
+    )
+    return _f(status, msg, details=tuple(details), hint=hint)
+
+
+@workload_check("workload.E010", "AMP speedup", 1.0, "amp")
+def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    data, err = suite_section(run, "amp")
+    if data is None:
+        return _f(J.ERROR, f"AMP step not run: {err}")
+    speedups, details = {}, []
+    for kind, modes in (data.get("models") or {}).items():
+        base = num((modes.get("fp32") or {}).get("per_s"))
+        best = None
+        for mode in ("fp16", "bf16"):
+            v = num((modes.get(mode) or {}).get("per_s"))
+            if base and v:
+                sp = v / base
+                details.append(
+                    f"{kind} {mode}: {v:.1f} vs fp32 {base:.1f} {modes[mode].get('unit', '')} = {sp:.2f}x"
+                )
+                if best is None or sp > best[0]:
+                    best = (sp, mode)
+        if best:
+            speedups[kind] = best
+    if not speedups:
+        return _f(J.ERROR, "no AMP timing recorded", details=tuple(details))
+    if data.get("conv_tf32"):
+        # torch's default, which a training job gets too; the transformer's fp32 matmuls stay IEEE.
+        details.append(
+            "the CNN's fp32 baseline runs its convolutions in TF32 (cudnn.allow_tf32, torch's default)"
+        )
+    worst_kind = min(speedups, key=lambda k: speedups[k][0])
+    sp, mode = speedups[worst_kind]
+    summary = ", ".join(f"{k} {v[0]:.2f}x ({v[1]})" for k, v in speedups.items())
+    if not on_gpu:
+        return _f(
+            J.SKIP,
+            f"on the CPU, no verdict: {summary}",
+            value=round(sp, 3),
+            unit="x",
+            details=tuple(details),
+        )
+    status = J.amp_speedup_status(sp)
+    hint = None
+    if status in (J.WARN, J.FAIL):
+        hint = (
+            "AMP gives no speedup: check that the GPU has tensor cores (compute capability >= 7.0), that "
+            "cuDNN is loaded (torch.backends.cudnn.is_available()), that the GPU is not throttling, and that "
+            "the CPU is not the bottleneck (launch overhead: larger batches, CUDA graphs)"
+        )
+    return _f(
+        status,
+        f"AMP speedup {summary}",
+        value=round(sp, 3),
+        unit="x",
+        expected=f">= {J.AMP_WARN_BELOW}x (reference H100: CNN 3.1x fp16+channels_last, transformer 6.1x bf16)",
+        hint=hint,
+        details=tuple(details),
+    )
+
+
+@workload_check("workload.E011", "DataLoader throughput", 1.0, "dataloader")
+def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    data, err = suite_section(run, "dataloader")
+    if data is None:
+        return _f(J.ERROR, f"DataLoader probe not run: {err}")
+    results = data.get("results") or {}
+    details, errors = [], []
+    for w, r in sorted(results.items(), key=lambda kv: int(kv[0])):
+        if "error" in r:
+            errors.append(f"num_workers={w}: {r['error']}")
+            details.append(errors[-1])
+        else:
+            details.append(
+                f"num_workers={w}: {r.get('ips', 0):.0f} img/s (first epoch {r.get('first_epoch_s', 0):.2f} s)"
+            )
+    best, best_ips, zero = data.get("best_workers"), num(data.get("best_ips")), num(data.get("zero_ips"))
+    settings = (
+        f"num_workers={best}, pin_memory={data.get('pin_memory')}, persistent_workers=True, "
+        f"prefetch_factor={data.get('prefetch_factor')}"
+    )
+    if errors:
+        shm = data.get("shm_bytes")
+        shm_s = f"/dev/shm is {shm / 2**20:.0f} MiB; " if isinstance(shm, int) else ""
+        return _f(
+            J.FAIL,
+            "DataLoader failed: " + "; ".join(errors)[:400],
+            value=best_ips,
+            unit="img/s",
+            hint=shm_s
+            + "worker crashes ('bus error', 'DataLoader worker killed') usually mean a small /dev/shm "
+            "(containers default to 64 MiB: docker --shm-size / --ipc=host) or too little memory",
+            details=tuple(details),
+        )
+    st = J.dataloader_status(best_ips, zero, int(data.get("cpus") or 0))
+    if best_ips is None:
+        return _f(J.ERROR, "DataLoader measured nothing", details=tuple(details))
+    gain = f", {best_ips / zero:.2f}x num_workers=0" if zero and best else ""
+    if best == 0:
+        settings = f"num_workers=0 (no worker count beat it), pin_memory={data.get('pin_memory')}"
+    msg = f"{best_ips:.0f} img/s with {settings}{gain} ({data.get('crop')} px crops, {data.get('cpus')} CPUs)"
+    if st is None:
+        return _f(
+            J.PASS,
+            msg + "; too few CPUs to expect a gain from workers",
+            value=best_ips,
+            unit="img/s",
+            details=tuple(details),
+        )
+    hint = None
+    if st == J.WARN:
+        hint = (
+            "workers do not speed up decoding: check CPU affinity/cgroup CPU limits (os.sched_getaffinity), "
+            "OMP_NUM_THREADS oversubscription in workers, pillow-simd, and /dev/shm"
+        )
+    return _f(
+        st,
+        msg,
+        value=round(best_ips, 1),
+        unit="img/s",
+        expected=">= 1.2x num_workers=0",
+        hint=hint,
+        details=tuple(details),
+    )
+
+
+def _ddp_records(run: WorkloadRun) -> tuple[list[dict], list[str], bool]:
+    """(per-rank data, errors, any timed out) from wherever the DDP probe ran."""
+    recs, errors, hung = [], [], False
+    if run.ddp_mode == "in-suite":
+        data, err = suite_section(run, "ddp")
+        if data is None:
+            errors.append(err or "no result")
+            where = suite_run_for(run, "ddp")
+            hung = bool(where and where.timed_out and started(where, "ddp"))
+        else:
+            recs.append(data)
+        return recs, errors, hung
+    crashed = any(r.error and not r.timed_out for r in run.ddp)
+    for r in run.ddp:
+        hung = hung or (r.timed_out and not crashed)  # peers killed after a crash did not hang on their own
+        d = next((x for x in reversed(r.records) if x.get("probe") == "ddp_worker" and x.get("ok")), None)
+        if d is not None:
+            recs.append(d.get("data") or {})
+        if r.error:
+            errors.append(f"{r.name}: {r.error}")
+    return recs, errors, hung
+
+
+_HINT_NCCL = (
+    "re-run with NCCL_DEBUG=INFO; check that every GPU is visible (CUDA_VISIBLE_DEVICES), peer access "
+    "(nvidia-smi topo -m), the NVIDIA fabric manager on NVSwitch systems, and ACS/IOMMU settings "
+    "(NCCL_P2P_DISABLE=1 as a test)"
+)
+
+
+@workload_check("workload.E012", "DDP: process group, all_reduce, training step", 2.0, "ddp")
+def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    if not run.ddp_mode:
+        return _f(J.SKIP, "DDP probe not run")
+    recs, errors, hung = _ddp_records(run)
+    if errors or not recs:
+        why = "; ".join(errors)[:500] or "no rank reported"
+        msg = ("DDP hung: " if hung else "DDP failed: ") + why
+        return _f(J.FAIL if hung else J.ERROR, msg, hint=_HINT_NCCL)
+    world = int(recs[0].get("world") or len(recs))
+    backend = recs[0].get("backend")
+    bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
+    details = tuple(
+        f"rank {r.get('rank')}: all_reduce sum {r.get('allreduce_value')} (want {world}), DDP step loss "
+        f"{r.get('ddp_loss')}, param max diff {r.get('ddp_param_maxdiff')}, init {r.get('init_s')} s"
+        for r in recs
+    )
+    if bad:
+        return _f(
+            J.FAIL,
+            f"{backend} world {world}: wrong all_reduce or diverged DDP step on {len(bad)} rank(s)",
+            details=details,
+            hint=_HINT_NCCL,
+        )
+    if backend == "gloo":
+        return _f(
+            J.PASS,
+            f"no GPU: a {world}-process gloo run proves the distributed path (all_reduce sum "
+            f"= {world}, one DDP step); NCCL not exercised",
+            details=details,
+        )
+    return _f(
+        J.PASS,
+        f"NCCL world {world} ({run.ddp_mode}): all_reduce sum = {world}, DDP step in sync",
+        details=details,
+    )
+
+
+@workload_check("workload.E013", "all_reduce bus bandwidth", 1.0, "ddp")
+def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    if not run.ddp_mode:
+        return _f(J.SKIP, "DDP probe not run")
+    recs, errors, _ = _ddp_records(run)
+    if errors or not recs:
+        return _f(J.ERROR, "not measured: the DDP probe failed")
+    world = int(recs[0].get("world") or len(recs))
+    backend = recs[0].get("backend")
+    r0 = next((r for r in recs if r.get("rank") == 0), recs[0])
+    bus = num(r0.get("busbw_gbs"))
+    alg = num(r0.get("algbw_gbs"))
+    size = f"{(r0.get('bw_bytes') or 0) / 2**20:.0f} MiB"
+    if backend != "nccl":
+        return _f(
+            J.SKIP,
+            f"gloo on the CPU: busbw {bus:.2f} GB/s at {size}, not judged"
+            if bus is not None
+            else "not measured",
+            value=bus,
+            unit="GB/s",
+        )
+    if world < 2:
+        return _f(
+            J.SKIP,
+            f"one GPU: no inter-GPU traffic (algbw {alg:.0f} GB/s at {size} is a local copy)"
+            if alg
+            else "one GPU: all_reduce moves no data, bandwidth not measured",
+            value=bus,
+            unit="GB/s",
+        )
+    nv = [link_int(g, "nvlink_active") for g in gpus[:world]]
+    nvlink: bool | None = None
+    if nv and all(x is not None for x in nv):
+        nvlink = all(x > 0 for x in nv)
+    st = J.busbw_status(bus, world, nvlink)
+    floor = J.busbw_floor(nvlink)
+    inter = {True: "NVLink", False: "PCIe", None: "interconnect unknown"}[nvlink]
+    msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {world} GPUs ({inter}; algbw {alg:.1f} GB/s)"
+    if st is None:
+        return _f(J.SKIP, msg + ", no verdict", value=bus, unit="GB/s")
+    return _f(
+        st,
+        msg,
+        value=round(bus, 1),
+        unit="GB/s",
+        expected=f">= {floor:g} GB/s (Meta GCM floor, {inter}; warn within 5%)",
+        hint=_HINT_NCCL if st in (J.WARN, J.FAIL) else None,
+    )
+
+
+@workload_check("workload.E014", "Multi-node DDP", 1.0)
+def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    if not run.multinode_requested:
+        return _f(J.SKIP, "not requested (give --nnodes and --rdzv-endpoint)")
+    recs, errors = [], []
+    for r in run.multinode:
+        recs += [x.get("data") or {} for x in r.records if x.get("probe") == "ddp_worker" and x.get("ok")]
+        # A local rank that raised says why in its record; torchrun's own error only says that it failed.
+        errors += [
+            f"rank error: {x.get('error')}"
+            for x in r.records
+            if x.get("probe") == "ddp_worker" and x.get("ok") is False
+        ]
+        if r.error:
+            errors.append(r.error)
+    if errors or not recs:
+        hung = any(r.timed_out for r in run.multinode)
+        return _f(
+            J.FAIL if hung else J.ERROR,
+            "multi-node DDP "
+            + ("hung: " if hung else "failed: ")
+            + ("; ".join(errors) or "no rank reported")[:500],
+            hint="check the rendezvous endpoint is reachable from every node, the same --rdzv-id on all, "
+            "NCCL_SOCKET_IFNAME / NCCL_IB_HCA, and firewalls; NCCL_DEBUG=INFO shows the transport",
+            # torchrun's own report (which rank failed, and why) is in its stderr.
+            details=tuple(ln for r in run.multinode for ln in r.stderr_tail.splitlines() if ln.strip()),
+        )
+    bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
+    world = recs[0].get("world")
+    r0 = next((r for r in recs if r.get("rank") == 0), None)
+    bw = f"; busbw {r0['busbw_gbs']:.1f} GB/s" if r0 and num(r0.get("busbw_gbs")) is not None else ""
+    details = tuple(
+        f"rank {r.get('rank')}: all_reduce {r.get('allreduce_value')}, ddp_ok {r.get('ddp_ok')}" for r in recs
+    )
+    if bad:
+        return _f(
+            J.FAIL,
+            f"world {world}: wrong all_reduce or diverged DDP step on {len(bad)} local rank(s)",
+            details=details,
+        )
+    return _f(
+        J.PASS,
+        f"world {world}: {len(recs)} local rank(s) correct{bw}",
+        value=num(r0.get("busbw_gbs")) if r0 else None,
+        unit="GB/s",
+        details=details,
+    )
+
+
+@workload_check("workload.E015", "Burn-in stress", 1.0)
+def burn(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+    if not run.burn_requested:
+        return _f(J.SKIP, "not requested (--burn SECONDS)")
+    b = run.burn
+    rec = (
+        next((x for x in reversed(b.records) if x.get("probe") == "burn" and x.get("ok")), None)
+        if b
+        else None
+    )
+    if rec is None:
+        why = b.error if b else "not run"
+        return _f(J.FAIL if b and b.timed_out else J.ERROR, f"burn did not finish: {why}")
+    statuses, details = [], []
+    for g in (rec.get("data") or {}).get("gpus") or []:
+        first, last, lo = num(g.get("tflops_first")), num(g.get("tflops_last")), num(g.get("tflops_min"))
+        med = num(g.get("tflops_median"))
+        st = J.PASS
+        notes = []
+        if g.get("mismatches") or not g.get("finite", True):
+            st = J.FAIL
+            notes.append(f"{g.get('mismatches')} result mismatch(es): the same product changed")
+        if med and lo is not None and lo < 0.9 * med and st == J.PASS:
+            st = J.WARN
+            notes.append("throughput dipped below 90% of its median (throttling?)")
+        if first and last is not None and last < 0.9 * first and st == J.PASS:
+            st = J.WARN
+            notes.append("throughput fell over the run (thermal or power throttling)")
+        statuses.append(st)
+        med_s = f"{med:.0f}" if med is not None else "?"
+        lo_s = f"{lo:.0f}" if lo is not None else "?"
+        details.append(
+            f"{g.get('device')}: median {med_s} TFLOP/s, min {lo_s}, {g.get('windows')} windows; "
+            + ("; ".join(notes) or "stable")
+        )
+    status = verdict_or_skip(statuses)
+    secs = (rec.get("data") or {}).get("seconds")
+    return _f(
+        status,
+        f"{secs:g} s of matmul stress: " + ("stable" if status == J.PASS else "; ".join(details))[:400],
+        details=tuple(details),
+        hint="look at nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER during a burn; a result mismatch needs the "
+        "GPU replaced or RMA'd"
+        if status in (J.WARN, J.FAIL)
+        else None,
+    )

@@ -1,0 +1,1 @@
+"""Launching and ending child processes: deadlines, process-group kill, token sweep, output to files."""

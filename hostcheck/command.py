@@ -1,0 +1,352 @@
+"""``hostcheck`` / ``python -m hostcheck``: one command line, one parser, one ``main`` for every subcommand.
+
+    hostcheck [check] [OPTIONS]          check this node and print a readiness score (the default command)
+    hostcheck bench [OPTIONS]            measure what each CPU-side tuning buys on this node
+    hostcheck fleet REPORT_DIR [...]     many nodes' ``--json`` reports -> fleet.md and fleet.html
+
+A subcommand is a module with ``SUMMARY`` (its line in the command list), ``DESCRIPTION`` and ``EPILOG`` (its
+``--help``), ``add_arguments(parser)`` and ``run(args) -> int`` (its exit code). To add one, write such a module
+and name it in :data:`SUBCOMMANDS`. What surrounds ``run`` is done here, the same for every subcommand:
+
+- exit codes: ``0`` ready (or: it ran), ``1`` not ready (or: nothing measured), ``2`` usage or environment
+  error, ``128 + N`` when signal N ended the run (SIGINT 130, SIGTERM 143);
+- usage errors: argparse's (:meth:`Parser.error` raises :class:`UsageError`) and a subcommand's, which raises
+  ``argparse.ArgumentError(None, message)`` (the standard library's class, so that no subcommand imports this
+  module, which imports them all), are one line ``<prog>: error: <message> (see --help)`` and exit 2. argparse
+  never exits the process itself (:meth:`Parser.exit` raises);
+- standard output: a write that fails (``>/dev/full``, a full disk), ``--help`` and ``--version`` included, is
+  one line and exit 2; when its reader left (``| head``) the rest goes to /dev/null and the command's exit code
+  stands. Standard output is flushed before the exit code is decided;
+- SIGINT and SIGTERM: raised in the main thread as :class:`Signalled`, a KeyboardInterrupt, so that what a
+  subcommand cleans up on Ctrl-C it cleans up on SIGTERM too (bench ends its workers and prints what it
+  measured). Then every child still running is killed (:func:`hostcheck.child.launch.kill_all`) and the run
+  ends with ``128 + N``;
+- internal errors: one sentence and exit 2; with ``--debug``, the traceback first.
+
+Without a command the top level takes check's options, so ``hostcheck --json`` is ``hostcheck check --json``.
+Options of check given before a command's name (``hostcheck --quick bench``) are refused: argparse would let
+the command's own values replace them without a word.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, NoReturn
+
+from hostcheck import __version__, cli, fleet
+from hostcheck.bench import cli as bench_cli
+from hostcheck.child.launch import kill_all, reopen
+
+PROG = "hostcheck"
+EXIT_OK, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+#: The subcommands by name, in the order of ``hostcheck --help``.
+SUBCOMMANDS: dict[str, ModuleType] = {"check": cli, "bench": bench_cli, "fleet": fleet}
+#: The command run when none is named.
+DEFAULT = "check"
+#: The namespace attribute that holds the command's name (None at the top level until one is named).
+COMMAND_DEST = "command"
+#: Options of every parser, the top level's and each command's: they may come before a command's name.
+GLOBAL_DESTS = ("debug",)
+
+
+class UsageError(Exception):
+    """A command line argparse refused: one line on stderr, exit 2."""
+
+    def __init__(self, message: str, prog: str = PROG) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class ParserExit(Exception):
+    """argparse is done (``--help``, ``--version``): the status to exit with, in place of sys.exit."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class OutputError(OSError):
+    """What a command, or argparse, wrote to standard output did not reach it (a full disk, /dev/full).
+
+    An OSError, so that a command that handles its own write errors (check's report) still does."""
+
+
+class Signalled(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: the run ends, its children with it.
+
+    A KeyboardInterrupt so that a subcommand's Ctrl-C clean-up (bench: its workers ended, what was measured
+    printed) runs for SIGTERM too."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises where argparse would print and exit, and notices a failed write."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The commands' parsers by name (on the top-level parser; see build_parser).
+        self.commands: dict[str, Parser] = {}
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            self._print_message(message, sys.stderr)
+        raise ParserExit(status)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse drops a failed write (--help >/dev/full would "succeed"): say so instead, and exit 2.
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            file.write(message)
+            file.flush()
+        except (AttributeError, OSError) as exc:
+            error = OutputError(getattr(exc, "strerror", None) or str(exc))
+            error.prog = self.prog  # type: ignore[attr-defined]
+            raise error from None
+
+
+#: Where _Namespace keeps the top level's options as they were when a command was named.
+_TOP_LEVEL = "top_level_before_command"
+
+
+class _Namespace(argparse.Namespace):
+    """The parsed options; keeps what the top level held when a command was named.
+
+    argparse sets the command's name, then copies the command's values (its defaults too) over the top
+    level's. The top level's check options default to SUPPRESS, so what it holds at that moment is what was
+    given before the name, which :func:`parse` refuses."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == COMMAND_DEST and value is not None:
+            super().__setattr__(_TOP_LEVEL, dict(vars(self)))
+        super().__setattr__(name, value)
+
+
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a command's parser must not reset a --debug given before the command's name.
+    parser.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of internal errors"
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+
+
+def build_parser() -> Parser:
+    """The one parser: check's options at the top level (the default command) and a parser per command."""
+    default = SUBCOMMANDS[DEFAULT]
+    parser = Parser(
+        prog=PROG,
+        description=f"{default.DESCRIPTION} Without a COMMAND, hostcheck runs `{DEFAULT}` with the options given.",
+        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 130/143 SIGINT/SIGTERM. "
+        "Docs: docs/hostcheck.md. "
+        "`hostcheck bench --help`: measure what each CPU-side tuning buys (docs/bench.md). "
+        "`hostcheck fleet --help`: one page from many nodes' reports (docs/fleet.md).",
+    )
+    default.add_arguments(parser)
+    # The top level's copies of check's options are in the namespace only when given (see _Namespace; parse
+    # fills in check's defaults). set_defaults would put the SUPPRESS marker itself into the namespace, and
+    # argparse has no public list of a parser's options: hence _actions.
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    _add_global_options(parser)
+    commands = parser.add_subparsers(dest=COMMAND_DEST, metavar="COMMAND", title="commands")
+    for name, module in SUBCOMMANDS.items():
+        sub = commands.add_parser(
+            name,
+            prog=f"{PROG} {name}",
+            help=module.SUMMARY,
+            description=module.DESCRIPTION,
+            epilog=module.EPILOG,
+        )
+        module.add_arguments(sub)
+        _add_global_options(sub)
+        parser.commands[name] = sub
+    return parser
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A parsed command line: the command, its options, and how its messages begin."""
+
+    command: str
+    args: argparse.Namespace
+    prog: str
+    debug: bool
+
+    @property
+    def run(self) -> Callable[[argparse.Namespace], int]:
+        return SUBCOMMANDS[self.command].run
+
+
+def parse(argv: Sequence[str], parser: Parser | None = None) -> Invocation:
+    """Parse a command line (raises UsageError, ParserExit, OutputError)."""
+    parser = parser or build_parser()
+    namespace, unknown = parser.parse_known_args(list(argv), namespace=_Namespace())
+    parsed = vars(namespace)
+    name = parsed.pop(COMMAND_DEST)
+    given_before = [k for k in parsed.pop(_TOP_LEVEL, {}) if k not in (COMMAND_DEST, *GLOBAL_DESTS)]
+    args = argparse.Namespace(**parsed)
+    if name is None:  # the default command: what the top level was given, check's defaults for the rest
+        parser.commands[DEFAULT].parse_args([], namespace=args)
+        prog = PROG
+    elif given_before:
+        flags = ", ".join("--" + dest.replace("_", "-") for dest in given_before)
+        raise UsageError(f"{flags} given before {name!r}: a command's options go after its name", PROG)
+    else:
+        prog = parser.commands[name].prog
+    if unknown:  # argparse would say so as the top level; the command they were given to says so here
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)}", prog)
+    args.command = name or DEFAULT
+    args.debug = bool(getattr(args, "debug", False))
+    return Invocation(args.command, args, prog, args.debug)
+
+
+class _Stdout:
+    """sys.stdout while a command runs. A write that fails (a full disk, /dev/full) raises OutputError, told
+    apart from the command's other OSErrors; a reader that left (``| head``, EPIPE) sends the rest to
+    /dev/null and the command goes on to its exit code. The rest is the stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _guarded(self, op: Callable[[], Any], fallback: Any) -> Any:
+        try:
+            return op()
+        except BrokenPipeError:
+            _stdout_to_devnull()
+            return fallback
+        except OutputError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.strerror or str(exc)) from None
+
+    def write(self, text: str) -> int:
+        return self._guarded(lambda: self._stream.write(text), len(text))
+
+    def flush(self) -> None:
+        self._guarded(self._stream.flush, None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Signals:
+    """SIGINT and SIGTERM for one run: remembered, and raised as Signalled while ``armed``."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.armed = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = self.received or signum
+        if self.armed:
+            raise Signalled(signum)
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (tests): leave the signals alone
+                break
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``hostcheck`` command: parse, run the command, and turn whatever happened into the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    signals = _Signals()
+    signals.install()
+    try:
+        return _main(argv, signals)
+    finally:
+        signals.restore()
+
+
+def _main(argv: list[str], signals: _Signals) -> int:
+    reopen()
+    prog, debug = PROG, False
+    code: int | None = None
+    stdout = sys.stdout
+    if stdout is not None:  # None: closed (`>&-`); a command that prints a report says so itself
+        sys.stdout = _Stdout(stdout)
+    signals.armed = True
+    try:
+        invocation = parse(argv)
+        prog, debug = invocation.prog, invocation.debug
+        code = invocation.run(invocation.args)
+        if sys.stdout is not None:  # here, where a failure is still an exit code (at exit: a traceback)
+            sys.stdout.flush()
+    except KeyboardInterrupt:  # Signalled, or Ctrl-C where no handler could be installed: below
+        signals.received = signals.received or signal.SIGINT
+    except UsageError as exc:
+        code = _usage_error(exc.prog, str(exc))
+    except argparse.ArgumentError as exc:  # a command's own usage or environment error
+        code = _usage_error(prog, str(exc))
+    except ParserExit as exc:
+        code = exc.status
+    except OutputError as exc:
+        _stdout_to_devnull()
+        code = _error(getattr(exc, "prog", prog), f"writing to standard output: {exc}")
+    except BrokenPipeError:  # written past _Stdout (a stream kept from before the run): the reader left
+        _stdout_to_devnull()
+        code = EXIT_USAGE if code is None else code
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        code = _error(prog, f"internal error: {type(exc).__name__}: {exc} (re-run with --debug)", "")
+    finally:
+        signals.armed = False  # a second signal during the clean-up below is remembered, not raised
+        if isinstance(sys.stdout, _Stdout):
+            sys.stdout = stdout
+    if signals.received:
+        return _interrupted(prog, signals.received, finished=code is not None)
+    return EXIT_USAGE if code is None else code
+
+
+def _stdout_to_devnull() -> None:
+    # Whatever is still buffered goes nowhere, so the flush at interpreter exit cannot fail again.
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+
+
+def _error(prog: str, message: str, kind: str = "error: ") -> int:
+    with contextlib.suppress(OSError, ValueError):
+        print(f"{prog}: {kind}{message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _usage_error(prog: str, message: str) -> int:
+    return _error(prog, message if "(see --" in message else f"{message} (see --help)")
+
+
+def _interrupted(prog: str, signum: int, finished: bool) -> int:
+    """SIGINT/SIGTERM ended the run: every child still running killed (the threads that started them may never
+    get to it), one line, 128 + the signal's number."""
+    killed = kill_all()
+    name = signal.Signals(signum).name
+    # finished: the command caught the interrupt and reported what it had (bench's partial table).
+    tail = "" if finished else ", no report"
+    _error(prog, f"interrupted by {name}; {killed} child process(es) killed{tail}", "")
+    return 128 + signum

@@ -1,0 +1,95 @@
+"""What hostcheck knows of the GPUs, whichever way it was read (NVML, or nvidia-smi without nvidia-ml-py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Union
+
+from hostcheck.gather.base import GPU_LOST, Unavailable
+
+Val = Union[Any, Unavailable]
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: Val = None
+    uuid: Val = None
+    pci_bus_id: Val = None
+    compute_capability: Val = None  # (major, minor)
+    memory_total_bytes: Val = None
+    ecc_current: Val = None
+    ecc_pending: Val = None
+    ecc_uncorrected_volatile: Val = None
+    ecc_uncorrected_aggregate: Val = None
+    remapped_rows: Val = None  # (correctable, uncorrectable, pending: bool, failure: bool)
+    retired_pages_dbe: Val = None
+    retired_pages_sbe: Val = None
+    retired_pages_pending: Val = None
+    pcie_gen_current: Val = None
+    pcie_gen_max: Val = None
+    pcie_width_current: Val = None
+    pcie_width_max: Val = None
+    clock_event_reasons: Val = None
+    temperature_c: Val = None
+    slowdown_temperature_c: Val = None
+    persistence_mode: Val = None
+    numa_node: Val = None
+    #: Active NVLink links; 0 = none (PCIe only).
+    nvlink_active: Val = None
+    processes: Val = ()
+    #: NVML fabric probe (Hopper and later): (state, status), NVML_GPU_FABRIC_STATE_* and an NVML return code.
+    fabric: Val = None
+    #: Set when the device handle itself could not be obtained (GPU lost): all other fields are unknown.
+    handle_error: Unavailable | None = None
+
+    @property
+    def lost(self) -> Unavailable | None:
+        """The first 'GPU is lost' answer from any call for this GPU: it fell off the bus mid-run."""
+        if self.handle_error is not None and self.handle_error.kind == GPU_LOST:
+            return self.handle_error
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Unavailable) and v.kind == GPU_LOST:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class NvmlSnapshot:
+    #: None when NVML initialised; otherwise why not (not installed, no driver, mismatch...).
+    error: Unavailable | None = None
+    driver_version: Val = None
+    cuda_driver_version: Val = None  # e.g. 13000 for CUDA 13.0
+    nvml_version: Val = None
+    device_count: Val = 0
+    gpus: tuple[GpuInfo, ...] = ()
+    #: "nvml" (nvidia-ml-py) or "nvidia-smi" (the fallback when nvidia-ml-py is not installed)
+    source: str = "nvml"
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def as_text(v: Any) -> Any:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """NVML's ``00000000:17:00.0`` -> sysfs/kernel-log style ``0000:17:00.0`` (lower case)."""
+    bus_id = as_text(bus_id).strip().lower()
+    parts = bus_id.split(":")
+    if len(parts) == 3:
+        try:
+            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
+        except ValueError:
+            return bus_id
+    return bus_id
