@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "meta" / "main.yml").is_file())
+# The role with no tasks that defines the gpunode-wide variables (no role prefix) for the others.
+COMMON = "gpunode_common"
 
 
 def quickstart_commands() -> list[str]:
@@ -44,11 +46,10 @@ def test_role_variables_are_prefixed_and_specified(role: Path):
     defaults = defaults or {}
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
     options = specs.get("options", {})
-    shared = {"gpunode_venv_path", "gpunode_platform_overrides"}  # shared by design (docs/design.md)
+    # gpunode_common's variables are gpunode-wide by design (docs/design.md): gpunode_ without a role prefix.
+    prefix = "gpunode_" if role.name == COMMON else role.name + "_"
     for name in defaults:
-        assert name.startswith(role.name + "_") or name in shared, (
-            f"{role.name}: {name} lacks the role prefix"
-        )
+        assert name.startswith(prefix), f"{role.name}: {name} lacks the prefix {prefix}"
         assert name in options, f"{role.name}: default {name} is missing from meta/argument_specs.yml"
     for name, opt in options.items():
         assert opt.get("description"), f"{role.name}: {name} has no description"
@@ -74,6 +75,250 @@ def test_role_tasks_use_fqcn_and_named_tasks(role: Path):
             assert task.get("name"), f"{f}: a task has no name"
             assert task["name"][0].isupper(), f"{f}: '{task['name']}' is not capitalised"
             assert not builtin_short & set(task), f"{f}: '{task['name']}' uses a short module name"
+
+
+def _role_yaml(role: Path, kind: str) -> dict:
+    """Every variable a role's defaults/ or vars/ files set (values of all files, per-OS ones included)."""
+    out: dict = {}
+    for f in sorted((role / kind).glob("*.yml")):
+        out.update(yaml.safe_load(f.read_text()) or {})
+    return out
+
+
+def _dependencies(role: Path) -> list[str]:
+    deps = yaml.safe_load((role / "meta" / "main.yml").read_text()).get("dependencies") or []
+    return [d["role"] if isinstance(d, dict) else d for d in deps]
+
+
+def test_gpunode_wide_variables_are_defined_once_in_gpunode_common():
+    common = ROOT / "roles" / COMMON
+    shared = set(yaml.safe_load((common / "defaults" / "main.yml").read_text()))
+    assert shared == {"gpunode_venv_path", "gpunode_platform_overrides"}
+    assert not (common / "tasks").exists(), f"{COMMON} holds defaults and their specification only"
+    for role in ROLES:
+        if role.name == COMMON:
+            continue
+        spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+        options = {name for entry in spec.values() for name in entry.get("options", {})}
+        defined = (set(_role_yaml(role, "defaults")) | set(_role_yaml(role, "vars")) | options) & shared
+        assert not defined, f"{role.name} defines {sorted(defined)} again: they are {COMMON}'s"
+        text = "\n".join(
+            f.read_text()
+            for f in role.rglob("*")
+            if f.is_file() and f.suffix in {".yml", ".j2"} and f.relative_to(role).parts[0] != "meta"
+        )
+        read = {name for name in shared if re.search(rf"\b{name}\b", text)}
+        if read:
+            assert COMMON in _dependencies(role), (
+                f"{role.name} reads {sorted(read)}: list {COMMON} in its meta/main.yml dependencies"
+            )
+
+
+# --- one owner per file ---------------------------------------------------------------------------------
+# Modules that write a file on the node: the parameter that names it (aliases first to last) and the file written
+# when the parameter is left out. A file module run is a write unless it makes a directory.
+WRITERS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "copy": (("dest",), None),
+    "template": (("dest",), None),
+    "lineinfile": (("path", "dest", "destfile", "name"), None),
+    "blockinfile": (("path", "dest", "destfile", "name"), None),
+    "replace": (("path", "dest", "destfile", "name"), None),
+    "ini_file": (("path", "dest"), None),
+    "get_url": (("dest",), None),
+    "assemble": (("dest",), None),
+    "file": (("path", "dest", "name"), None),
+    "mount": (("fstab",), "/etc/fstab"),
+    "sysctl": (("sysctl_file",), "/etc/sysctl.conf"),
+    "pam_limits": (("dest",), "/etc/security/limits.conf"),
+    "apt_key": (("keyring",), "/etc/apt/trusted.gpg"),
+    "dnf_versionlock": ((), "/etc/dnf/plugins/versionlock.list"),
+}
+COLLECTIONS = {"", "ansible.builtin", "ansible.legacy", "ansible.posix", "community.general"}
+# Writing package sources (repositories, signing keys) is gpunode_base's alone.
+SOURCE_PATHS = (
+    "/etc/apt/sources.list",
+    "/etc/apt/keyrings/",
+    "/usr/share/keyrings/",
+    "/etc/apt/trusted.gpg",
+    "/etc/yum.repos.d/",
+    "/etc/pki/rpm-gpg/",
+)
+SOURCE_MODULES = {"apt_repository", "deb822_repository", "yum_repository", "apt_key", "rpm_key"}
+SOURCE_MODULES |= {"dnf_config_manager", "rhsm_repository"}
+SOURCE_COMMANDS = re.compile(
+    r"apt-key|add-apt-repository|config-manager|gpg\s+--dearmor|" + "|".join(map(re.escape, SOURCE_PATHS))
+)
+
+
+def _module(task: dict) -> tuple[str, object]:
+    """The task's module (short name, when it is one of the known collections) and its arguments."""
+    for key, args in task.items():
+        collection, _, short = key.rpartition(".")
+        if collection in COLLECTIONS and (short in WRITERS or short in SOURCE_MODULES):
+            return short, args
+        if collection in COLLECTIONS and short in {"command", "shell", "script", "raw"}:
+            return short, args
+    return "", None
+
+
+def _tasks(items: list | None, scope: dict) -> list[tuple[dict, dict]]:
+    """Every task of a task list, blocks opened, with the variables its blocks and itself set."""
+    out = []
+    for task in items or []:
+        inner = {**scope, **(task.get("vars") or {})}
+        if any(k in task for k in ("block", "rescue", "always")):
+            for key in ("block", "rescue", "always"):
+                out += _tasks(task.get(key), inner)
+        else:
+            out.append((task, inner))
+    return out
+
+
+def _expand(text: str, variables: dict[str, list[str]]) -> list[str]:
+    """text with each bare {{ name }} replaced by the name's string values; other Jinja is left as written."""
+    text = re.sub(r"\{\{\s*(.*?)\s*\}\}", lambda m: "{{ " + re.sub(r"\s+", " ", m.group(1)) + " }}", text)
+    todo, done = [text], []
+    for _ in range(50):
+        if not todo:
+            break
+        current = todo.pop()
+        m = next((m for m in re.finditer(r"\{\{ (\w+) \}\}", current) if m.group(1) in variables), None)
+        if m is None:
+            done.append(current)
+            continue
+        todo += [current[: m.start()] + value + current[m.end() :] for value in variables[m.group(1)]]
+    return done + todo
+
+
+def written_paths() -> dict[str, set[str]]:
+    """Every file any role's tasks or handlers write, with the roles that write it."""
+    owners: dict[str, set[str]] = {}
+    for role in ROLES:
+        known: dict[str, list[str]] = {}
+        common = _role_yaml(ROOT / "roles" / COMMON, "defaults")
+        for name, value in {**common, **_role_yaml(role, "vars"), **_role_yaml(role, "defaults")}.items():
+            if isinstance(value, str):
+                known.setdefault(name, []).append(value)
+        for f in sorted(role.glob("tasks/*.yml")) + sorted(role.glob("handlers/*.yml")):
+            for task, scope in _tasks(yaml.safe_load(f.read_text()), {}):
+                module, args = _module(task)
+                if module not in WRITERS or not isinstance(args, dict):
+                    continue
+                if module == "file" and args.get("state", "file") not in {"touch", "absent", "link", "hard"}:
+                    continue  # a directory, or the attributes of a file written elsewhere
+                params, implicit = WRITERS[module]
+                path = next((args[p] for p in params if p in args), implicit)
+                if not isinstance(path, str):
+                    continue
+                local = {k: [v] for k, v in scope.items() if isinstance(v, str)}
+                loop_var = (task.get("loop_control") or {}).get("loop_var", "item")
+                loop = task.get("loop", task.get("with_items"))
+                if isinstance(loop, list) and all(isinstance(i, str) for i in loop):
+                    local[loop_var] = loop
+                for resolved in map(" ".join, map(str.split, _expand(path, {**known, **local}))):
+                    if re.search(rf"\b{loop_var}\b", resolved):
+                        continue  # a loop over values only the run knows
+                    owners.setdefault(resolved, set()).add(role.name)
+    return owners
+
+
+def test_every_file_a_role_writes_has_one_owner():
+    owners = written_paths()
+    assert "/etc/gpunode/training.env" in owners and "/etc/ansible/facts.d/gpunode_driver.fact" in owners
+    shared = {path: sorted(roles) for path, roles in owners.items() if len(roles) > 1}
+    assert shared == {}, f"files written by more than one role: {shared}"
+
+
+def test_only_gpunode_base_writes_package_sources():
+    bad = [
+        f"{path} ({', '.join(sorted(roles))})"
+        for path, roles in written_paths().items()
+        if path.startswith(SOURCE_PATHS) and roles != {"gpunode_base"}
+    ]
+    for role in ROLES:
+        if role.name == "gpunode_base":
+            continue
+        for f in sorted(role.glob("tasks/*.yml")) + sorted(role.glob("handlers/*.yml")):
+            for task, _ in _tasks(yaml.safe_load(f.read_text()), {}):
+                module, args = _module(task)
+                if module in SOURCE_MODULES or (
+                    module in {"command", "shell", "script", "raw"} and SOURCE_COMMANDS.search(str(args))
+                ):
+                    bad.append(f"{f.relative_to(ROOT)}: {task.get('name')}")
+    assert bad == [], "package sources written outside gpunode_base:\n" + "\n".join(bad)
+
+
+# --- public names only across roles and playbooks -----------------------------------------------------------
+def _outside_files() -> list[Path]:
+    dirs = ("roles", "playbooks", "inventory", "molecule", "scripts")
+    suffixes = {".yml", ".yaml", ".j2", ".py", ".sh", ""}
+    return sorted(
+        p
+        for d in dirs
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and p.suffix in suffixes and "__pycache__" not in p.parts
+    )
+
+
+def test_no_file_outside_a_role_reads_its_internals():
+    """`__<role>_*` names are the role's own: roles and playbooks read each other's public facts only.
+
+    A molecule scenario may set one as a test seam (a planted PCI tree, a fake EFI variable), never read one.
+    """
+    names = [r.name for r in ROLES]
+    bad = []
+    for path in _outside_files():
+        rel = path.relative_to(ROOT)
+        owner = rel.parts[1] if rel.parts[0] == "roles" and len(rel.parts) > 2 else None
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for role in names:
+                if role == owner or f"__{role}_" not in line:
+                    continue
+                key = re.match(rf"\s*__{role}_\w+:(\s.*|)$", line)
+                seam = rel.parts[0] == "molecule" and key and f"__{role}_" not in key.group(1)
+                if not seam:
+                    bad.append(f"{rel}:{n}: {line.strip()}")
+    assert bad == [], "another role's internals read:\n" + "\n".join(bad)
+
+
+# --- per-OS variables: one way to load them ------------------------------------------------------------------
+def _per_os_task(role: str) -> dict:
+    return {
+        "name": "Load per-OS variables",
+        "ansible.builtin.include_vars": f"{{{{ lookup('ansible.builtin.first_found', __{role}_vars_files) }}}}",
+        "vars": {
+            f"__{role}_vars_files": {
+                "files": [
+                    "{{ ansible_facts['distribution'] }}_{{ ansible_facts['distribution_version'] }}.yml",
+                    "{{ ansible_facts['distribution'] }}_{{ ansible_facts['distribution_major_version'] }}.yml",
+                    "{{ ansible_facts['distribution'] }}.yml",
+                    "{{ ansible_facts['os_family'] }}.yml",
+                    "default.yml",
+                ],
+                "paths": ["{{ role_path }}/vars"],
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_per_os_variables_are_loaded_one_way(role: Path):
+    per_os = sorted(f.name for f in (role / "vars").glob("*.yml") if f.name != "main.yml")
+    loaders = [
+        (f.name, task)
+        for f in sorted(role.glob("tasks/*.yml"))
+        for task, _ in _tasks(yaml.safe_load(f.read_text()), {})
+        if any(k.rpartition(".")[2] in {"include_vars", "first_found"} for k in task)
+        or "first_found" in str(task)
+    ]
+    if not per_os:
+        assert loaders == [], f"{role.name} has only vars/main.yml (loaded by Ansible itself): {loaders}"
+        return
+    assert "default.yml" in per_os, f"{role.name}: vars/default.yml is the last candidate and must exist"
+    assert loaders == [("validate.yml", _per_os_task(role.name))], (
+        f"{role.name} must load its per-OS variables with tasks/validate.yml's 'Load per-OS variables' "
+        "(first_found over Distro_Version, Distro_Major, Distro, os_family, default.yml)"
+    )
 
 
 # A reader that stops early (awk's exit, head, grep -q/-m) kills the writer with SIGPIPE; under pipefail that is
@@ -124,3 +369,27 @@ def test_example_inventory_names_only_real_variables():
     for path in sorted((ROOT / "inventory").rglob("*.yml")):
         for name in re.findall(r"^#?\s*(gpunode_\w+):", path.read_text(), re.M):
             assert name in known, f"{path.relative_to(ROOT)} names {name}, which no role or playbook reads"
+
+
+def test_the_repo_cites_facts_not_notes_outside_it_or_issue_numbers():
+    """Code and docs carry the fact and its public source: no pointer to files beside the checkout, no issue ids."""
+    import subprocess
+
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    outside = re.compile(r"NOTES\.md|FIELD\.md|STYLE\.md|/work/shared|\.\./shared/(?!el_repo|prepare_node)")
+    issue = re.compile(r"\b[Ii]ssues? #?\d+\b|\(#\d+\)")
+    this = Path(__file__).resolve()
+    bad = []
+    for name in files:
+        path = ROOT / name
+        if path == this or path.suffix in {".png", ".tar", ".gz", ".whl"} or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        bad += [
+            f"{name}:{n}: {line.strip()[:100]}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if outside.search(line) or issue.search(line)
+        ]
+    assert bad == [], "\n".join(bad)
