@@ -18,7 +18,7 @@ BAD = (Status.FAIL, Status.ERROR)
 
 
 def judge(snapshot, **kw):
-    # The core's checks; the workload checks are judged from recorded runs in test_workload_*.
+    # The core's checks; the workload checks are judged from recorded runs in test_checks_workload.py.
     core = [c for c in all_checks() if c.category != "workload"]
     results, verdict = evaluate(snapshot, core, **kw)
     return {r.id: r for r in results}, verdict
