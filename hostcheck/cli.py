@@ -253,7 +253,7 @@ def _section_args(text: str | None) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ArgumentError(None, f"--workload-section-args is not JSON: {exc}") from None
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
         raise ArgumentError(

@@ -193,7 +193,10 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, An
             box["tb"] = traceback.format_exc()
 
     t = threading.Thread(target=target, daemon=True, name="hostcheck-call")
-    t.start()
+    try:
+        t.start()
+    except RuntimeError as exc:  # no thread to be had (a small ulimit -v): fn did not run, say why
+        return True, exc
     t.join(timeout_s)
     if t.is_alive():
         return False, None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,9 +64,16 @@ def run_cmd(argv: Sequence[str], timeout: float = 10.0) -> CmdResult | Unavailab
     return CmdResult(p.returncode, p.stdout, p.stderr)
 
 
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
 def read_text(path: str, limit: int = 1 << 20) -> str | Unavailable:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        # Opened without blocking: a FIFO in place of a file (an environment file) is reported, not waited on.
+        with open(path, encoding="utf-8", errors="replace", opener=_open_nonblocking) as f:
+            if stat.S_ISFIFO(os.fstat(f.fileno()).st_mode):
+                return Unavailable(ERROR, f"{path} is a FIFO, not a file")
             return f.read(limit)
     except FileNotFoundError:
         return Unavailable(NOT_FOUND, f"{path} does not exist")

@@ -1,0 +1,1272 @@
+"""Attacks on the real command line: hostcheck never clobbers, never leaks a process, never hangs, never lies on
+bad input (the hardening issue's list of attacks, one row each).
+
+Each attack runs ``python -m hostcheck ...`` as a subprocess, under a time limit, in a fresh folder of its own
+that holds its facts folder (``--facts-dir``), its environment file (``--env-file``), its TMPDIR and its HOME.
+Every one must:
+
+- end with exit 0, 1 or 2 (130 / 143 for SIGINT / SIGTERM), or the narrower set its row names;
+- print no Python traceback on stdout or stderr;
+- leave no process behind: each run carries a marker of its own in its environment (``HOSTCHECK_ATTACK=<uuid>``),
+  which everything it starts inherits, and no live process may carry it once the run is over;
+- touch no file of its folder other than the report paths its row declares (a listing with types, sizes,
+  modes, inodes and mtimes, before and after), and leave /dev/full a character device.
+
+Where torch is not the point, the training Python is a tiny fake one (this interpreter with ``-S``: the real
+probe, no site-packages, so no torch and no PIL) and the checks are ``--quick --only system,tuning``: a run
+takes well under a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TRACEBACK = "Traceback (most recent call last)"
+MARKER_VAR = "HOSTCHECK_ATTACK"
+#: Per run: generous, the machine may be busy. An attack that needs longer is a hang.
+RUN_TIMEOUT = 60.0
+#: How long the processes a run started may take to disappear after it ended (SIGKILLed, then reaped).
+GONE_WAIT = 5.0
+ANY = (0, 1, 2)
+USAGE = (2,)
+JUDGED = (0, 1)
+NOBODY = ("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
+
+
+# --- the folder an attack runs in -----------------------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    """One attack's folder and what is in it before the run."""
+
+    root: Path
+    interp: str  # the Python that runs hostcheck
+    marker: str
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        for d in ("facts", "tmp", "home"):
+            (self.root / d).mkdir()
+        self.facts = self.root / "facts"
+        self.tmp = self.root / "tmp"
+        self.home = self.root / "home"
+        self.env_file = self.root / "training.env"
+        self.env_file.write_text("OMP_NUM_THREADS=2\n")
+        # The tiny training Python: the real probe runs in it, without site-packages (no torch, no PIL).
+        self.python = self.script("python", f'exec {self.interp} -S "$@"\n')
+
+    def p(self, name: str) -> str:
+        return str(self.root / name)
+
+    def script(self, name: str, body: str) -> str:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+        return str(path)
+
+    def fact(self, role: str, text: str | bytes) -> None:
+        path = self.facts / f"{role}.fact"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+
+    def fake_torch(self, source: str) -> str:
+        """A training Python whose ``import torch`` runs ``source`` (a package on its PYTHONPATH)."""
+        pkg = self.root / "faketorch" / "torch"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(source)
+        return self.script("torchpython", f'PYTHONPATH={pkg.parent} exec {self.interp} -S "$@"\n')
+
+    def base(
+        self,
+        *extra: str,
+        only: str | None = "system,tuning",
+        python: str | None = None,
+        env_file: bool = True,
+        json_out: bool = False,
+    ) -> list[str]:
+        """check's options for a quick run against this folder, then ``extra``."""
+        argv = ["--quick", "--facts-dir", str(self.facts), "--python", python or self.python]
+        if only:
+            argv += ["--only", only]
+        if env_file:
+            argv += ["--env-file", str(self.env_file)]
+        if json_out:
+            argv.append("--json")
+        return [*argv, *extra]
+
+
+@dataclass
+class Run:
+    """How to run one attack, and what it may do."""
+
+    argv: list[str]
+    codes: tuple[int, ...] = ANY
+    #: Environment changes for the hostcheck process; None removes the variable.
+    env: dict[str, str | None] = field(default_factory=dict)
+    #: Paths (in the folder) the run may create, change or replace: its reports. A folder: all under it.
+    reports: tuple[str, ...] = ()
+    #: In stderr (when stderr is read).
+    needle: str = ""
+    stdout: str = "pipe"  # pipe, closed, devfull, broken (a pipe whose reader already left)
+    stderr: str = "pipe"  # pipe, closed
+    stdin: str = "devnull"  # devnull, closed
+    limits: dict[int, int] = field(default_factory=dict)
+    #: Sent once two ``sleep`` processes carry the run's marker (the hung fake Python and its grandchild).
+    signal: int | None = None
+    #: A FIFO (in the folder) that a reader holds open through the run; what it got is Outcome.fifo.
+    fifo_reader: str | None = None
+    copies: int = 1
+    #: Flags of the interpreter that runs hostcheck (``-S``: hostcheck without nvidia-ml-py).
+    pyflags: tuple[str, ...] = ()
+    check: Callable[[Outcome], None] | None = None
+    timeout: float = RUN_TIMEOUT
+
+
+@dataclass
+class Outcome:
+    rc: int
+    out: str
+    err: str
+    ctx: Ctx
+    fifo: bytes = b""
+
+    def doc(self) -> dict[str, Any]:
+        return json.loads(self.out)
+
+    def checks(self) -> dict[str, dict[str, Any]]:
+        return {c["id"]: c for c in self.doc()["checks"]}
+
+
+# --- what a run left behind ----------------------------------------------------------------------------
+
+
+def listing(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` (links not followed): type and mode, and for what is not a folder its inode,
+    size and mtime."""
+    seen: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            rel = os.path.relpath(path, root)
+            if stat.S_ISDIR(st.st_mode):
+                seen[rel] = (st.st_mode, st.st_uid)
+            else:
+                seen[rel] = (st.st_mode, st.st_uid, st.st_ino, st.st_size, st.st_mtime_ns)
+    return seen
+
+
+def _start_ticks(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def carriers(marker: str, since: int) -> list[tuple[int, str]]:
+    """Live processes started at or after ``since`` (clock ticks since boot) whose environment carries the
+    marker: (pid, command line). Only recent processes are read (an old one stuck in the kernel could block
+    the read of its environment); a zombie's environment reads empty."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        started = _start_ticks(pid)
+        if started is None or started < since:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append((int(pid), cmd))
+    return found
+
+
+def _ticks_now() -> int:
+    with open("/proc/self/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[19])
+
+
+def _kill(pids: Sequence[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- running one attack --------------------------------------------------------------------------------
+
+
+def _env(ctx: Ctx, run: Run) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHONPATH": str(REPO),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TMPDIR": str(ctx.tmp),
+            "HOME": str(ctx.home),
+            MARKER_VAR: ctx.marker,
+        }
+    )
+    for key in ("TMP", "TEMP", "NO_COLOR", "PYTHONIOENCODING", "PYTEST_CURRENT_TEST"):
+        env.pop(key, None)
+    for key, value in run.env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def _preexec(run: Run) -> Callable[[], None]:
+    def setup() -> None:
+        for res, value in run.limits.items():
+            resource.setrlimit(res, (value, value))
+        if run.stdin == "closed":
+            os.close(0)
+        if run.stdout == "closed":
+            os.close(1)
+        if run.stderr == "closed":
+            os.close(2)
+
+    return setup
+
+
+def _read_fifo(fd: int) -> bytes:
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 1 << 20):
+            data += chunk
+    return data
+
+
+def execute(ctx: Ctx, run: Run, since: int) -> list[Outcome]:
+    cmd = [ctx.interp, *run.pyflags, "-m", "hostcheck", *run.argv]
+    if ctx.user:
+        cmd = [*NOBODY, *cmd]
+    stdout: Any = subprocess.PIPE
+    to_close: list[int] = []
+    if run.stdout == "devfull":
+        stdout = os.open("/dev/full", os.O_WRONLY)
+        to_close.append(stdout)
+    elif run.stdout == "closed":
+        stdout = subprocess.DEVNULL
+    elif run.stdout == "broken":
+        r, w = os.pipe()
+        os.close(r)  # the reader left before the first write: every write is EPIPE
+        stdout = w
+        to_close.append(w)
+    stderr: Any = subprocess.DEVNULL if run.stderr == "closed" else subprocess.PIPE
+    fifo_fd = None
+    if run.fifo_reader:
+        fifo_fd = os.open(ctx.p(run.fifo_reader), os.O_RDONLY | os.O_NONBLOCK)
+        with contextlib.suppress(OSError):  # room for a whole report: the writer never waits on us
+            fcntl.fcntl(fifo_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    procs = []
+    try:
+        for _ in range(run.copies):
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    cwd=ctx.root,
+                    env=_env(ctx, run),
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    preexec_fn=_preexec(run),
+                    start_new_session=True,
+                )
+            )
+        for fd in to_close:
+            os.close(fd)
+        to_close = []
+        if run.signal is not None:
+            _signal_mid_run(procs[0], run.signal, ctx.marker, since)
+        # Read every copy's pipes at once: one run blocked on a full pipe must not stall the others.
+        results: list[Any] = [None] * len(procs)
+
+        def reap(i: int, p: subprocess.Popen) -> None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                results[i] = p.communicate(timeout=run.timeout)
+
+        threads = [threading.Thread(target=reap, args=(i, p)) for i, p in enumerate(procs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        hung = [p.pid for p, r in zip(procs, results) if r is None]
+        if hung:
+            for p in procs:
+                with contextlib.suppress(OSError):
+                    os.killpg(p.pid, signal.SIGKILL)
+            _kill([pid for pid, _ in carriers(ctx.marker, since)])
+            pytest.fail(f"hung: still running after {run.timeout:g} s: {' '.join(cmd)}")
+        fifo = _read_fifo(fifo_fd) if fifo_fd is not None else b""
+        return [
+            Outcome(
+                p.returncode,
+                (out or b"").decode(errors="replace"),
+                (err or b"").decode(errors="replace"),
+                ctx,
+                fifo,
+            )
+            for p, (out, err) in zip(procs, results)
+        ]
+    finally:
+        for fd in to_close:
+            os.close(fd)
+        if fifo_fd is not None:
+            os.close(fifo_fd)
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _signal_mid_run(p: subprocess.Popen, sig: int, marker: str, since: int) -> None:
+    """Send ``sig`` once the run is in the middle of its hung probe: two ``sleep`` processes carry the marker."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while True:
+        sleeping = [pid for pid, cmd in carriers(marker, since) if cmd.startswith("sleep")]
+        if len(sleeping) >= 2:
+            break
+        assert p.poll() is None, f"the run ended (exit {p.returncode}) before its probe hung"
+        assert time.monotonic() < deadline, "the probe never started"
+        time.sleep(0.05)
+    p.send_signal(sig)
+
+
+# --- building blocks of the table ----------------------------------------------------------------------
+
+
+def _mkfifo(ctx: Ctx, name: str) -> str:
+    os.mkfifo(ctx.p(name))
+    return ctx.p(name)
+
+
+def _sparse(path: str, size: int, head: bytes = b"") -> str:
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def _prom_ok(text: str) -> None:
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    assert "hostcheck_score" in samples and any(k.startswith("hostcheck_check_status{") for k in samples)
+
+
+def _junit_ok(text: str) -> None:
+    root = ET.fromstring(text)
+    assert list(root.iter("testcase")) and int(root.get("tests")) > 0
+
+
+def _status(o: Outcome, check_id: str) -> tuple[str, str]:
+    c = o.checks()[check_id]
+    return c["status"], c["message"]
+
+
+def _e004_names(*words: str) -> Callable[[Outcome], None]:
+    """system.E004 (the local facts) warns and names what it could not use."""
+
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "system.E004")
+        assert status == "warn" and all(w in message for w in words), message
+
+    return check
+
+
+def _env_file_named(*words: str) -> Callable[[Outcome], None]:
+    """tuning.E011 (the environment file) does not pass, and names the problem."""
+
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "tuning.E011")
+        assert status != "pass" and all(w in message for w in words), (status, message)
+
+    return check
+
+
+def _torch_not_ok(*words: str) -> Callable[[Outcome], None]:
+    """torch.E001 says the training Python's torch cannot be used, and why; never pass, never a quiet skip."""
+
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "torch.E001")
+        assert status in ("fail", "error") and all(w in message for w in words), (status, message)
+        assert o.rc == 1
+
+    return check
+
+
+@functools.cache
+def import_footprint_kib() -> int:
+    """The address space hostcheck takes once imported (VmPeak, KiB): the base of the ``ulimit -v`` attacks."""
+    code = "import hostcheck.command\nprint([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')][0])"
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    return int(p.stdout)
+
+
+def _ulimit_v(extra_mib: int) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        limit = (import_footprint_kib() + extra_mib * 1024) * 1024
+        return Run(c.base(), limits={resource.RLIMIT_AS: limit})
+
+    return build
+
+
+NO_THREADS_IN_THREADS = """\
+import threading
+
+_start = threading.Thread.start
+
+
+def start(self):
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("can't start new thread")
+    return _start(self)
+
+
+threading.Thread.start = start
+"""
+
+
+def _threads_cannot_start_threads(c: Ctx) -> Run:
+    site = c.root / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_THREADS_IN_THREADS)
+    return Run(
+        c.base(only="system,tuning,torch.E001", json_out=True),
+        JUDGED,
+        env={"PYTHONPATH": f"{site}:{REPO}"},
+        check=_torch_not_ok("can't start new thread"),
+    )
+
+
+@functools.cache
+def nobody_python() -> tuple[str | None, str]:
+    """A Python that ``nobody`` can run hostcheck with, or why there is none."""
+    if os.geteuid() != 0:
+        return None, "not root: cannot switch to the nobody user"
+    if shutil.which("setpriv") is None:
+        return None, "setpriv (util-linux) is not installed"
+    for py in (sys.executable, "/usr/bin/python3"):
+        if not os.path.exists(py):
+            continue
+        p = subprocess.run(
+            [*NOBODY, py, "-c", "import hostcheck.command"],
+            cwd="/",
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        if p.returncode == 0:
+            return py, ""
+    return None, f"no Python that nobody may run can import hostcheck from {REPO}"
+
+
+# Fake torch packages (``import torch`` in the training Python runs one).
+TORCH_RAISES = "raise RuntimeError('fake torch: libcudart.so.12 is broken')\n"
+TORCH_EXITS = "raise SystemExit(3)\n"
+TORCH_VANISHES = "import os\nos._exit(0)\n"
+TORCH_HANGS = "import time\ntime.sleep(300)\n"
+TORCH_WORKS = """\
+from types import SimpleNamespace as _NS
+__version__ = "2.5.1+cu124"
+version = _NS(cuda="12.4")
+backends = _NS(cudnn=_NS(version=lambda: 90100))
+def _is_available():
+    return False
+cuda = _NS(is_available=_is_available, device_count=lambda: 0, get_arch_list=lambda: ["sm_90"],
+           nccl=_NS(version=lambda: (2, 21, 5)))
+def get_num_threads():
+    return 1
+"""
+TORCH_CUDA_RAISES = TORCH_WORKS.replace(
+    "    return False", "    raise RuntimeError('fake torch: CUDA driver initialization failed')"
+)
+TORCH_LEAVES_A_DAEMON = (
+    "import subprocess\n"
+    "subprocess.Popen(['setsid', 'sleep', '300'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
+    "                 stderr=subprocess.DEVNULL, start_new_session=True)\n" + TORCH_WORKS
+)
+TORCH_BAD_MARKERS = (
+    "import sys\n"
+    "sys.stdout.write('\\nHOSTCHECK_PROBE_JSON:{not json\\nHOSTCHECK_PROBE_JSON:[1, 2]\\n')\n" + TORCH_WORKS
+)
+# A training Python that hangs with a grandchild in a session of its own (what a signal must end).
+HANGING_PYTHON = "setsid sleep 300 &\nexec sleep 300\n"
+# Tools on PATH that fail or talk nonsense.
+FAILING_TOOL = "echo 'garbage \377\376 output'\necho 'error: something broke' >&2\nexit 3\n"
+GARBAGE_SMI = """\
+case "$1" in
+  --query-gpu=*) printf '0, [N/A], nan, inf, -1, 1e400, 99999999999999999999999, \\377\\376, , ,\\n,,,\\n1\\n' ;;
+  --query-*) printf 'garbage, [Unknown Error]\\n' ;;
+  *) printf 'CUDA Version: 99999999999999999999.-1\\n' ;;
+esac
+"""
+TIME_OPTIONS = [
+    ("--burn", "inf"),
+    ("--burn", "nan"),
+    ("--torch-timeout", "inf"),
+    ("--torch-timeout", "nan"),
+    ("--torch-timeout", "-5"),
+    ("--timeout", "nan"),
+    ("--timeout", "inf"),
+    ("--workload-timeout", "nan"),
+    ("--workload-timeout", "inf"),
+    ("--rdzv-timeout", "nan"),
+    ("--rdzv-timeout", "inf"),
+    ("--rdzv-timeout", "-1"),
+]
+
+
+def _time_option(flag: str, value: str) -> Callable[[Ctx], Run]:
+    return lambda c: Run(c.base(f"{flag}={value}"), USAGE, needle=f"argument {flag}")
+
+
+def _report_run(c: Ctx, flag: str, path: str, codes: tuple[int, ...], needle: str = "", **kw: Any) -> Run:
+    return Run(c.base(flag, path), codes, needle=needle, **kw)
+
+
+def _symlink(c: Ctx, name: str, target: str) -> str:
+    os.symlink(target, c.p(name))
+    return c.p(name)
+
+
+def _hardlinked(c: Ctx) -> Run:
+    Path(c.p("victim.prom")).write_text("# another collector's file: keep me\n")
+    os.link(c.p("victim.prom"), c.p("hostcheck.prom"))
+
+    def check(o: Outcome) -> None:
+        assert Path(c.p("victim.prom")).read_text() == "# another collector's file: keep me\n"
+        _prom_ok(Path(c.p("hostcheck.prom")).read_text())
+
+    return Run(
+        c.base("--prometheus", c.p("hostcheck.prom")), JUDGED, reports=("hostcheck.prom",), check=check
+    )
+
+
+def _existing_report(c: Ctx) -> Run:
+    Path(c.p("junit.xml")).write_text("old")
+    Path(c.p("junit.xml")).chmod(0o600)
+
+    def check(o: Outcome) -> None:
+        _junit_ok(Path(c.p("junit.xml")).read_text())
+        assert stat.S_IMODE(os.stat(c.p("junit.xml")).st_mode) == 0o644
+
+    return Run(c.base("--junit", c.p("junit.xml")), JUDGED, reports=("junit.xml",), check=check)
+
+
+def _fifo_with_reader(flag: str, parse: Callable[[str], None]) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        _mkfifo(c, "collector")
+        return Run(
+            c.base(flag, c.p("collector")),
+            JUDGED,
+            reports=("collector",),
+            fifo_reader="collector",
+            check=lambda o: parse(o.fifo.decode()),
+        )
+
+    return build
+
+
+def _unix_socket(c: Ctx) -> Run:
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(c.p("collector.sock"))
+    s.close()
+    return Run(c.base("--prometheus", c.p("collector.sock")), USAGE, needle="not a regular file")
+
+
+def _signal(sig: int, code: int, bench: bool = False) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        py = c.script("hung/python", HANGING_PYTHON)
+        if bench:
+            argv = ["bench", "--python", py, "--facts-dir", str(c.facts), "--workdir", c.p("bench"), "-q"]
+            reports: tuple[str, ...] = ("bench",)
+        else:
+            argv = c.base(only="system,tuning,torch.E001", python=py)
+            reports = ()
+        return Run(
+            argv, (code,), reports=reports, signal=sig, needle=f"interrupted by {signal.Signals(sig).name}"
+        )
+
+    return build
+
+
+def _facts_fifo(c: Ctx) -> Run:
+    os.mkfifo(c.facts / "gpunode_tuning.fact")
+    return Run(c.base(json_out=True), JUDGED, check=_e004_names("gpunode_tuning.fact", "not a regular file"))
+
+
+def _facts_symlink_loop(c: Ctx) -> Run:
+    (c.facts / "gpunode_driver.fact").symlink_to(c.facts / "gpunode_driver.fact")
+    return Run(c.base(json_out=True), JUDGED, check=_e004_names("symbolic link loop"))
+
+
+def _facts_broken_symlink(c: Ctx) -> Run:
+    (c.facts / "gpunode_cuda.fact").symlink_to(c.facts / "nowhere")
+    return Run(c.base(json_out=True), JUDGED, check=_e004_names("broken symbolic link"))
+
+
+def _facts_to_dev_zero(c: Ctx) -> Run:
+    (c.facts / "gpunode_tuning.fact").symlink_to("/dev/zero")
+    return Run(c.base(json_out=True), JUDGED, check=_e004_names("not a regular file"))
+
+
+def _facts_50mb(c: Ctx) -> Run:
+    _sparse(str(c.facts / "gpunode_tuning.fact"), 50 << 20, b'{"pad": "')
+    return Run(c.base(json_out=True), JUDGED, check=_e004_names("52428800 bytes"))
+
+
+def _fact(
+    role: str, text: str | bytes, *named: str, env_file: bool = True, only: str = "system,tuning"
+) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        c.fact(role, text)
+        return Run(c.base(json_out=True, env_file=env_file, only=only), JUDGED, check=_e004_names(*named))
+
+    return build
+
+
+def _fact_env_file_int(c: Ctx) -> Run:
+    """{"env_file": 1} once made hostcheck open(1) and close its own stdout: the JSON must come out whole."""
+    c.fact("gpunode_tuning", '{"env_file": 1}')
+    return Run(
+        c.base(json_out=True, env_file=False, only="system,tuning.E011"),
+        JUDGED,
+        check=_e004_names("gpunode_tuning.fact: env_file is 1"),
+    )
+
+
+def _fact_venv_int(c: Ctx) -> Run:
+    """{"venv": 12} once killed the torch gatherer: the next venv in the facts must be probed instead."""
+    venv_python = c.script("venv/bin/python", f'exec {c.interp} -S "$@"\n')
+    c.fact("gpunode_pytorch", '{"venv": 12}')
+    c.fact("gpunode_tuning", json.dumps({"venv": c.p("venv")}))
+
+    def check(o: Outcome) -> None:
+        _e004_names("gpunode_pytorch.fact: venv is 12")(o)
+        status, message = _status(o, "system.E003")  # the training Python probed: the next venv's
+        assert status != "error" and venv_python in message, (status, message)
+
+    argv = [a for a in c.base(json_out=True) if a != c.python]
+    argv.remove("--python")
+    return Run(argv, JUDGED, check=check)
+
+
+def _facts_dir_is_a_file(c: Ctx) -> Run:
+    Path(c.p("not-a-folder")).write_text("{}")
+    return Run([*c.base(json_out=True), "--facts-dir", c.p("not-a-folder")], JUDGED)
+
+
+def _facts_dir_missing(c: Ctx) -> Run:
+    return Run(
+        [*c.base(json_out=True), "--facts-dir", c.p("no-such-folder")],
+        JUDGED,
+        check=_e004_names("no gpunode_"),
+    )
+
+
+def _envfile(text: bytes | str, *named: str) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        data = text.encode() if isinstance(text, str) else text
+        c.env_file.write_bytes(data)
+        return Run(c.base(json_out=True), JUDGED, check=_env_file_named(*named) if named else None)
+
+    return build
+
+
+def _env_omp(value: str) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        c.env_file.write_text(f"OMP_NUM_THREADS={value}\n")
+
+        def check(o: Outcome) -> None:
+            status, message = _status(o, "tuning.E005")
+            assert status != "pass" and "OMP_NUM_THREADS" in message, (status, message)
+
+        return Run(c.base(json_out=True), JUDGED, check=check)
+
+    return build
+
+
+def _env_fifo(c: Ctx) -> Run:
+    c.env_file.unlink()
+    os.mkfifo(c.env_file)
+    return Run(c.base(json_out=True), JUDGED, check=_env_file_named("FIFO"))
+
+
+def _env_folder(c: Ctx) -> Run:
+    c.env_file.unlink()
+    c.env_file.mkdir()
+    return Run(c.base(json_out=True), JUDGED)
+
+
+def _env_missing(c: Ctx) -> Run:
+    c.env_file.unlink()
+    return Run(c.base(json_out=True), JUDGED)
+
+
+def _env_loop(c: Ctx) -> Run:
+    c.env_file.unlink()
+    c.env_file.symlink_to(c.env_file)
+    return Run(c.base(json_out=True), JUDGED)
+
+
+def _env_50mb(c: Ctx) -> Run:
+    _sparse(str(c.env_file), 50 << 20, b"OMP_NUM_THREADS=2\n")
+    return Run(c.base(json_out=True), JUDGED)
+
+
+def _tmpdir(value: Callable[[Ctx], str]) -> Callable[[Ctx], Run]:
+    return lambda c: Run(c.base(), JUDGED, env={"TMPDIR": value(c)})
+
+
+def _tmpdir_file(c: Ctx) -> str:
+    Path(c.p("a-file")).write_text("x")
+    return c.p("a-file")
+
+
+def _path_tools(c: Ctx, body: str, tools: Sequence[str]) -> str:
+    for tool in tools:
+        c.script(f"bin/{tool}", body)
+    return c.p("bin")
+
+
+def _concurrent(c: Ctx) -> Run:
+    def check(o: Outcome) -> None:
+        assert o.doc()["checks"]  # each run's own stdout: one whole JSON document
+        prom, junit = Path(c.p("out/hostcheck.prom")).read_text(), Path(c.p("out/junit.xml")).read_text()
+        _prom_ok(prom)
+        assert prom.count("\nhostcheck_score ") + prom.startswith("hostcheck_score ") == 1, prom
+        _junit_ok(junit)
+        assert sorted(os.listdir(c.p("out"))) == ["hostcheck.prom", "junit.xml"], os.listdir(c.p("out"))
+
+    os.mkdir(c.p("out"))
+    argv = c.base("--prometheus", c.p("out/hostcheck.prom"), "--junit", c.p("out/junit.xml"), "--json")
+    return Run(argv, JUDGED, reports=("out/hostcheck.prom", "out/junit.xml"), copies=4, check=check)
+
+
+def _as_nobody(c: Ctx) -> Run:
+    os.chown(c.p("out"), 65534, 65534)
+
+    def check(o: Outcome) -> None:
+        _prom_ok(Path(c.p("out/hostcheck.prom")).read_text())
+        assert os.stat(c.p("out/hostcheck.prom")).st_uid == 65534  # written by nobody, not by root
+        assert o.checks()
+
+    argv = c.base("--json", "--prometheus", c.p("out/hostcheck.prom"))
+    return Run(argv, JUDGED, reports=("out/hostcheck.prom",), check=check)
+
+
+def _as_nobody_report_in_roots_folder(c: Ctx) -> Run:
+    return Run(
+        c.base("--prometheus", c.p("rootonly/hostcheck.prom")), USAGE, needle="its folder is not writable"
+    )
+
+
+def _only_ids(*ids: str) -> Callable[[Outcome], None]:
+    def check(o: Outcome) -> None:
+        assert sorted(o.checks()) == sorted(ids), sorted(o.checks())
+
+    return check
+
+
+def _cuda_error_not_hidden(o: Outcome) -> None:
+    status, message = _status(o, "torch.E004")
+    assert status != "pass", message
+
+
+def _stdout_encoding_check(o: Outcome) -> None:
+    assert o.out.startswith("hostcheck ") and "score" in o.out
+
+
+@dataclass(frozen=True)
+class Attack:
+    id: str
+    build: Callable[[Ctx], Run]
+    user: str | None = None
+
+
+def A(id: str, build: Callable[[Ctx], Run], user: str | None = None) -> Any:
+    return pytest.param(Attack(id, build, user), id=id)
+
+
+ATTACKS = [
+    # Report paths: refused before the run, or written without clobbering what the path names.
+    A(
+        "report-junit-dev-full",
+        lambda c: _report_run(c, "--junit", "/dev/full", USAGE, "writing a report file"),
+    ),
+    A(
+        "report-prometheus-dev-full",
+        lambda c: _report_run(c, "--prometheus", "/dev/full", USAGE, "writing a report file"),
+    ),
+    A("report-junit-dev-null", lambda c: _report_run(c, "--junit", "/dev/null", JUDGED)),
+    A(
+        "report-prometheus-symlink-to-a-file",
+        lambda c: _report_run(
+            c,
+            "--prometheus",
+            _symlink(c, "link.prom", _sparse(c.p("precious"), 10, b"keep me")),
+            USAGE,
+            "symbolic link",
+        ),
+    ),
+    A(
+        "report-junit-dangling-symlink",
+        lambda c: _report_run(
+            c, "--junit", _symlink(c, "dangling.xml", c.p("created-through-link")), USAGE, "symbolic link"
+        ),
+    ),
+    A(
+        "report-prometheus-fifo-no-reader",
+        lambda c: _report_run(c, "--prometheus", _mkfifo(c, "fifo"), USAGE, "writing a report file"),
+    ),
+    A("report-prometheus-fifo-with-reader", _fifo_with_reader("--prometheus", _prom_ok)),
+    A("report-junit-fifo-with-reader", _fifo_with_reader("--junit", _junit_ok)),
+    A("report-junit-a-folder", lambda c: _report_run(c, "--junit", str(c.facts), USAGE, "is a folder")),
+    A("report-prometheus-empty-path", lambda c: _report_run(c, "--prometheus", "", USAGE, "empty path")),
+    A("report-junit-blank-path", lambda c: _report_run(c, "--junit", "   ", USAGE, "empty path")),
+    A(
+        "report-same-path-for-prometheus-and-junit",
+        lambda c: Run(
+            c.base("--prometheus", c.p("out"), "--junit", c.p("./out")), USAGE, needle="name the same file"
+        ),
+    ),
+    A(
+        "report-same-file-through-a-linked-folder",
+        lambda c: Run(
+            c.base("--prometheus", c.p("out"), "--junit", _symlink(c, "alias", str(c.root)) + "/out"),
+            USAGE,
+            needle="name the same file",
+        ),
+    ),
+    A(
+        "report-missing-folder",
+        lambda c: _report_run(c, "--junit", c.p("no/such/junit.xml"), USAGE, "does not exist"),
+    ),
+    A("report-unix-socket", _unix_socket),
+    A("report-trailing-slash", lambda c: _report_run(c, "--prometheus", c.p("new.prom") + "/", USAGE)),
+    A("report-hardlinked-file-is-replaced-not-written-through", _hardlinked),
+    A("report-existing-file-replaced-whole", _existing_report),
+    # /dev/stdout is a symbolic link (to /proc/self/fd/1): refused like any other today.
+    A("report-dev-stdout", lambda c: _report_run(c, "--prometheus", "/dev/stdout", ANY)),
+    # Signals in the middle of a run (a hung training Python with a grandchild in a session of its own).
+    A("signal-sigint-mid-probe", _signal(signal.SIGINT, 130)),
+    A("signal-sigterm-mid-probe", _signal(signal.SIGTERM, 143)),
+    A("signal-sigterm-mid-bench", _signal(signal.SIGTERM, 143, bench=True)),
+    # The facts folder.
+    A("facts-fifo", _facts_fifo),
+    A("facts-symlink-loop", _facts_symlink_loop),
+    A("facts-broken-symlink", _facts_broken_symlink),
+    A("facts-symlink-to-dev-zero", _facts_to_dev_zero),
+    A("facts-50mb", _facts_50mb),
+    A("facts-env_file-is-1", _fact_env_file_int),
+    A(
+        "facts-services_disabled-is-5",
+        _fact("gpunode_tuning", '{"services_disabled": 5}', "services_disabled is 5"),
+    ),
+    A("facts-venv-is-12", _fact_venv_int),
+    A(
+        "facts-expected_gpu_count-1e400",
+        _fact(
+            "gpunode_driver", '{"expected_gpu_count": 1e400}', "expected_gpu_count is", only="system,gpu.E002"
+        ),
+    ),
+    A(
+        "facts-expected_gpu_count-minus-4-string",
+        _fact(
+            "gpunode_driver",
+            '{"expected_gpu_count": "-4"}',
+            'expected_gpu_count is "-4"',
+            only="system,gpu.E002",
+        ),
+    ),
+    A("facts-not-json", _fact("gpunode_cuda", "{not json", "not JSON")),
+    A("facts-a-json-array", _fact("gpunode_cuda", "[1, 2]", "not a JSON object")),
+    A("facts-nested-100000-deep", _fact("gpunode_pytorch", "[" * 100_000, "not JSON")),
+    A(
+        "facts-nul-bytes-and-bad-utf8",
+        _fact("gpunode_driver", b'{"version": "5\x0080", "x": "\xff\xfe"}', "not JSON"),
+    ),
+    A("facts-escaped-nul-in-a-version", _fact("gpunode_driver", '{"version": "5\\u000080"}', "version is")),
+    A("facts-dir-missing", _facts_dir_missing),
+    A("facts-dir-is-a-file", _facts_dir_is_a_file),
+    # Time options: finite seconds in range, refused before the run.
+    *[A(f"time{flag}-{value}", _time_option(flag, value)) for flag, value in TIME_OPTIONS],
+    A("time--timeout-1e-9", lambda c: Run(c.base("--timeout", "1e-9"), JUDGED)),
+    A(
+        "time--torch-timeout-1e-9",
+        lambda c: Run(
+            c.base("--torch-timeout", "1e-9", only="system,tuning,torch.E001", json_out=True),
+            (1,),
+            check=_torch_not_ok("did not finish"),
+        ),
+    ),
+    # The training environment file.
+    A("envfile-omp-num-threads-0", _env_omp("0")),
+    A("envfile-omp-num-threads-minus-1", _env_omp("-1")),
+    A("envfile-nul-bytes", _envfile(b"OMP_NUM_THREADS=2\nLD_PRELOAD=/x\x00y.so\n", "NUL")),
+    A(
+        "envfile-bad-keys",
+        _envfile(
+            "1BAD=x\nA-B=y\n=novalue\nexport OK=1\njust words\nPATH WITH SPACE=1\n", "not a variable name"
+        ),
+    ),
+    A("envfile-bad-utf8", _envfile(b"OMP_NUM_THREADS=\xff\xfe\nMALLOC_CONF=\xc3\x28\n")),
+    A("envfile-pythonhome-breaks-the-probe", _envfile("PYTHONHOME=/nonexistent\nPYTHONPATH=/nonexistent\n")),
+    A("envfile-ld-preload-missing-library", _envfile("LD_PRELOAD=/nonexistent/libtcmalloc.so.4\n")),
+    A("envfile-fifo", _env_fifo),
+    A("envfile-a-folder", _env_folder),
+    A("envfile-missing", _env_missing),
+    A("envfile-symlink-loop", _env_loop),
+    A("envfile-50mb", _env_50mb),
+    # Standard streams.
+    A(
+        "stdio-stdout-closed",
+        lambda c: Run(c.base(), USAGE, stdout="closed", needle="standard output is closed"),
+    ),
+    A("stdio-stdout-dev-full", lambda c: Run(c.base(), USAGE, stdout="devfull", needle="writing the report")),
+    A(
+        "stdio-json-stdout-dev-full",
+        lambda c: Run(c.base("--json"), USAGE, stdout="devfull", needle="writing the report"),
+    ),
+    A("stdio-stdout-reader-gone", lambda c: Run(c.base(), JUDGED, stdout="broken")),
+    A(
+        "stdio-help-dev-full",
+        lambda c: Run(["--help"], USAGE, stdout="devfull", needle="writing to standard output"),
+    ),
+    A(
+        "stdio-version-dev-full",
+        lambda c: Run(["--version"], USAGE, stdout="devfull", needle="writing to standard output"),
+    ),
+    A(
+        "stdio-bench-help-dev-full",
+        lambda c: Run(["bench", "--help"], USAGE, stdout="devfull", needle="writing to standard output"),
+    ),
+    A("stdio-stderr-closed-usage-error", lambda c: Run([*c.base(), "--frobnicate"], USAGE, stderr="closed")),
+    A("stdio-stderr-closed", lambda c: Run(c.base(), JUDGED, stderr="closed")),
+    A("stdio-stdin-closed", lambda c: Run(c.base(), JUDGED, stdin="closed")),
+    A(
+        "stdio-ascii-stdout",
+        lambda c: Run(
+            c.base(), JUDGED, env={"PYTHONIOENCODING": "ascii", "LC_ALL": "C"}, check=_stdout_encoding_check
+        ),
+    ),
+    # TMPDIR: Python falls back to /tmp where TMPDIR is unusable; a run without any temporary folder is exit 2.
+    A("tmpdir-missing", _tmpdir(lambda c: c.p("no-such-tmp"))),
+    A("tmpdir-a-file", _tmpdir(_tmpdir_file)),
+    A("tmpdir-dev-full", _tmpdir(lambda c: "/dev/full")),
+    A("tmpdir-proc", _tmpdir(lambda c: "/proc")),
+    A(
+        "tmpdir-no-file-can-be-written-ulimit-f-0",
+        lambda c: Run(
+            c.base(), USAGE, limits={resource.RLIMIT_FSIZE: 0}, needle="cannot create a temporary file"
+        ),
+    ),
+    # Selectors.
+    A(
+        "select-only-SYSTEM",
+        lambda c: Run(
+            c.base(only="SYSTEM", json_out=True),
+            JUDGED,
+            check=_only_ids("system.E001", "system.E002", "system.E003", "system.E004"),
+        ),
+    ),
+    A(
+        "select-only-Gpu.e001",
+        lambda c: Run(c.base(only="Gpu.e001", json_out=True), JUDGED, check=_only_ids("gpu.E001")),
+    ),
+    A("select-only-unknown-id", lambda c: Run(c.base(only="gpu.E999"), USAGE, needle="unknown check id")),
+    A("select-only-a-comma", lambda c: Run(c.base(only=","), JUDGED)),
+    A(
+        "select-skip-everything-selected",
+        lambda c: Run(c.base("--skip", "SYSTEM,Tuning"), USAGE, needle="no checks selected"),
+    ),
+    A("select-only-workload-with-quick", lambda c: Run(c.base(only="workload"), USAGE)),
+    # The command line: unknown flags and commands, misplaced options, hostile values.
+    A(
+        "cli-unknown-flag",
+        lambda c: Run([*c.base(), "--frobnicate"], USAGE, needle="unrecognized arguments: --frobnicate"),
+    ),
+    A("cli-unknown-subcommand", lambda c: Run(["frobnicate"], USAGE, needle="invalid choice: 'frobnicate'")),
+    A(
+        "cli-bench-unknown-flag",
+        lambda c: Run(["bench", "--frobnicate"], USAGE, needle="hostcheck bench: error:"),
+    ),
+    A(
+        "cli-fleet-unknown-flag",
+        lambda c: Run(["fleet", "--frobnicate"], USAGE, needle="hostcheck fleet: error:"),
+    ),
+    A(
+        "cli-check-option-before-subcommand",
+        lambda c: Run(["--quick", "bench"], USAGE, needle="given before 'bench'"),
+    ),
+    A("cli-debug-with-unknown-flag", lambda c: Run(["--debug", "--frobnicate"], USAGE)),
+    A("cli-min-score-nan", lambda c: Run(c.base("--min-score", "nan"), USAGE, needle="--min-score")),
+    A("cli-huge-only-value", lambda c: Run(c.base(only="x" * 100_000), USAGE, needle="unknown check id")),
+    A(
+        "cli-workload-section-args-nested-deep",
+        lambda c: Run(
+            c.base("--workload-section-args", "[" * 50_000), USAGE, needle="--workload-section-args"
+        ),
+    ),
+    A(
+        "cli-non-utf8-facts-dir",
+        lambda c: Run(c.base("--facts-dir", c.p("facts") + os.fsdecode(b"\xff\xfe")), JUDGED),
+    ),
+    # Resource limits.
+    A("limits-ulimit-n-16", lambda c: Run(c.base(), JUDGED, limits={resource.RLIMIT_NOFILE: 16})),
+    A(
+        "limits-ulimit-n-16-with-reports",
+        lambda c: Run(
+            c.base("--junit", c.p("j.xml"), "--prometheus", c.p("p.prom")),
+            JUDGED,
+            limits={resource.RLIMIT_NOFILE: 16},
+            reports=("j.xml", "p.prom"),
+        ),
+    ),
+    # What a small ulimit -v does now and then (a thread that cannot start its own), every time: only the
+    # main thread may start threads. Then the ulimit -v itself, from just above hostcheck's import footprint.
+    A("limits-threads-cannot-start-threads", _threads_cannot_start_threads),
+    A("limits-ulimit-v-footprint+4MiB", _ulimit_v(4)),
+    A("limits-ulimit-v-footprint+16MiB", _ulimit_v(16)),
+    A("limits-ulimit-v-footprint+24MiB", _ulimit_v(24)),
+    A("limits-ulimit-v-footprint+40MiB", _ulimit_v(40)),
+    # PATH without the tools (hostcheck and the fake Python are absolute paths), or with tools that lie.
+    A(
+        "path-nonexistent",
+        lambda c: Run(
+            c.base(only="system,tuning,gpu"), JUDGED, env={"PATH": "/nonexistent"}, pyflags=("-S",)
+        ),
+    ),
+    A("path-empty", lambda c: Run(c.base(only="system,tuning,gpu"), JUDGED, env={"PATH": ""})),
+    A("path-unset", lambda c: Run(c.base(only="system,tuning,gpu"), JUDGED, env={"PATH": None})),
+    A(
+        "path-tools-that-fail",
+        lambda c: Run(
+            c.base(only="system,tuning,gpu"),
+            JUDGED,
+            env={
+                "PATH": _path_tools(
+                    c,
+                    FAILING_TOOL,
+                    [
+                        "nvidia-smi",
+                        "lspci",
+                        "systemctl",
+                        "journalctl",
+                        "dmesg",
+                        "numactl",
+                        "nv-fabricmanager",
+                    ],
+                )
+            },
+            pyflags=("-S",),
+        ),
+    ),
+    A(
+        "path-nvidia-smi-talks-garbage",
+        lambda c: Run(
+            c.base(only="gpu,system"),
+            JUDGED,
+            env={"PATH": _path_tools(c, GARBAGE_SMI, ["nvidia-smi"]) + ":/usr/bin:/bin"},
+            pyflags=("-S",),
+        ),
+    ),
+    # The training Python and its torch.
+    A(
+        "torch-import-raises",
+        lambda c: Run(
+            c.base(only="system,torch", python=c.fake_torch(TORCH_RAISES), json_out=True),
+            JUDGED,
+            check=_torch_not_ok("libcudart.so.12 is broken"),
+        ),
+    ),
+    A(
+        "torch-import-raises-systemexit",
+        lambda c: Run(
+            c.base(only="system,torch", python=c.fake_torch(TORCH_EXITS), json_out=True),
+            JUDGED,
+            check=_torch_not_ok("exit 3"),
+        ),
+    ),
+    A(
+        "torch-import-exits-0-silently",
+        lambda c: Run(
+            c.base(only="system,torch", python=c.fake_torch(TORCH_VANISHES), json_out=True),
+            JUDGED,
+            check=_torch_not_ok("exit 0", "no output"),
+        ),
+    ),
+    A(
+        "torch-import-hangs",
+        lambda c: Run(
+            c.base(
+                "--torch-timeout", "2", only="system,torch", python=c.fake_torch(TORCH_HANGS), json_out=True
+            ),
+            JUDGED,
+            check=_torch_not_ok("hung in the torch import"),
+        ),
+    ),
+    A(
+        "torch-cuda-is_available-raises",
+        lambda c: Run(
+            c.base(only="system,torch", python=c.fake_torch(TORCH_CUDA_RAISES), json_out=True),
+            JUDGED,
+            check=_cuda_error_not_hidden,
+        ),
+    ),
+    A(
+        "torch-import-leaves-a-daemon",
+        lambda c: Run(c.base(only="system,torch", python=c.fake_torch(TORCH_LEAVES_A_DAEMON)), JUDGED),
+    ),
+    A(
+        "torch-import-prints-bad-probe-lines",
+        lambda c: Run(c.base(only="system,torch", python=c.fake_torch(TORCH_BAD_MARKERS)), JUDGED),
+    ),
+    A(
+        "python-hangs-with-a-grandchild",
+        lambda c: Run(
+            c.base(
+                "--torch-timeout",
+                "1",
+                only="system,torch.E001",
+                python=c.script("hung/python", HANGING_PYTHON),
+                json_out=True,
+            ),
+            JUDGED,
+            check=_torch_not_ok("did not finish"),
+        ),
+    ),
+    A(
+        "python-segfaults",
+        lambda c: Run(
+            c.base(
+                only="system,torch.E001", python=c.script("segv/python", "kill -SEGV $$\n"), json_out=True
+            ),
+            JUDGED,
+            check=_torch_not_ok("SIGSEGV"),
+        ),
+    ),
+    A(
+        "python-floods-stdout",
+        lambda c: Run(
+            c.base(
+                only="system,torch.E001",
+                python=c.script("loud/python", "head -c 50000000 /dev/zero | tr '\\0' x\n"),
+            ),
+            JUDGED,
+        ),
+    ),
+    A(
+        "python-is-a-folder",
+        lambda c: Run(c.base(python=str(c.facts)), USAGE, needle="not an executable file"),
+    ),
+    A(
+        "python-not-executable",
+        lambda c: Run(c.base(python=_sparse(c.p("python.txt"), 0)), USAGE, needle="not an executable file"),
+    ),
+    # Four runs at once, one --prometheus and one --junit path.
+    A("concurrent-4-runs-share-report-paths", _concurrent),
+    # An unprivileged user.
+    A("user-nobody-run", _as_nobody, user="nobody"),
+    A("user-nobody-report-in-roots-folder", _as_nobody_report_in_roots_folder, user="nobody"),
+]
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack(
+    attack: Attack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> None:
+    interp = sys.executable
+    if attack.user:
+        interp, why = nobody_python()
+        if interp is None:
+            pytest.skip(why)
+    if attack.user:  # a folder nobody can reach (pytest's are private to root)
+        root = Path(tempfile.mkdtemp(prefix="hostcheck-attack-"))
+        root.chmod(0o755)
+        request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))
+    else:
+        root = Path(os.path.realpath(tmp_path_factory.mktemp("attack")))
+    marker = uuid.uuid4().hex
+    ctx = Ctx(root, interp, marker, attack.user)
+    if attack.user:
+        (root / "out").mkdir()
+        (root / "rootonly").mkdir(mode=0o755)
+        for d in (ctx.tmp, ctx.home):
+            os.chown(d, 65534, 65534)
+    run = attack.build(ctx)
+    allowed = {os.path.normpath(r) for r in run.reports}
+    before = listing(root)
+    devfull = os.lstat("/dev/full")
+    since = _ticks_now()
+
+    outcomes = execute(ctx, run, since)
+
+    deadline = time.monotonic() + GONE_WAIT
+    while (left := carriers(marker, since)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _kill([pid for pid, _ in left])
+    assert not left, f"processes outlived the run: {left}"
+    assert stat.S_ISCHR(os.lstat("/dev/full").st_mode) and os.lstat("/dev/full").st_rdev == devfull.st_rdev
+    after = listing(root)
+    touched = sorted(
+        k
+        for k in before.keys() | after.keys()
+        if before.get(k) != after.get(k) and not any(k == a or k.startswith(a + os.sep) for a in allowed)
+    )
+    assert not touched, f"touched outside the reports {sorted(allowed)}: {touched}"
+    for o in outcomes:
+        assert o.rc in run.codes, (
+            f"exit {o.rc}, want {run.codes}\nstdout: {o.out[-2000:]}\nstderr: {o.err[-3000:]}"
+        )
+        assert TRACEBACK not in o.out and TRACEBACK not in o.err, o.err[-3000:] or o.out[-3000:]
+        if run.needle and run.stderr == "pipe":
+            assert run.needle in o.err, o.err[-2000:]
+    if run.check:
+        for o in outcomes:
+            run.check(o)
