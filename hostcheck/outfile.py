@@ -1,8 +1,8 @@
 """Report files: checked before a run, written without clobbering what the path names.
 
 hostcheck runs as root from cron and timers, so a report path may name anything. A new or regular file is replaced
-atomically (a reader never sees half a report); a character device or FIFO (/dev/stdout, a pipe a collector reads)
-is written in place; a symlink, folder, socket or block device is refused, as is an empty path or one path given
+atomically (a reader never sees half a report); a character device or FIFO (/dev/null, a pipe a collector reads)
+is written in place (/dev/stdout is a symlink: refused); a symlink, folder, socket or block device is refused, as is an empty path or one path given
 for two reports. Every refusal happens before any check runs.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -9,6 +10,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Union
+
+from hostcheck.child.launch import Launch
 
 
 @dataclass(frozen=True)
@@ -49,19 +52,29 @@ Runner = Callable[[Sequence[str], float], Union[CmdResult, Unavailable]]
 
 
 def run_cmd(argv: Sequence[str], timeout: float = 10.0) -> CmdResult | Unavailable:
+    """A system tool's answer. It starts through the one launcher: in a session of its own, its whole group
+    killed at the deadline (a hung systemctl or nvidia-smi leaves no child behind) and on SIGINT/SIGTERM."""
     if "/" not in argv[0] and shutil.which(argv[0]) is None:
         return Unavailable(NOT_INSTALLED, f"{argv[0]} not found")
+    launch = Launch()
     try:
-        p = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False, errors="replace"
-        )
+        p = launch.start(argv, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
         return Unavailable(NOT_INSTALLED, f"{argv[0]} not found")
-    except subprocess.TimeoutExpired:
-        return Unavailable(TIMEOUT, f"{argv[0]} timed out after {timeout:g} s")
     except OSError as exc:
         return Unavailable(ERROR, f"{argv[0]}: {exc}")
-    return CmdResult(p.returncode, p.stdout, p.stderr)
+    if p is None:
+        return Unavailable(ERROR, f"{argv[0]} not started: the run was interrupted")
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Unavailable(TIMEOUT, f"{argv[0]} timed out after {timeout:g} s")
+    finally:
+        launch.end()
+        for f in (p.stdout, p.stderr):
+            with contextlib.suppress(OSError):
+                f.close()
+    return CmdResult(p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
 def _open_nonblocking(path: str, flags: int) -> int:

@@ -98,6 +98,31 @@ def test_run_cmd_missing_binary_is_a_value():
     assert isinstance(r, Unavailable) and r.kind == "not_installed"
 
 
+def test_run_cmd_kills_a_hung_tool_and_what_it_started(tmp_path):
+    """A hung tool's children die with it at the deadline (subprocess.run's timeout killed the tool alone)."""
+    import os
+    import time
+
+    pidfile = tmp_path / "child.pid"
+    tool = tmp_path / "systemctl"
+    tool.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nwait\n")
+    tool.chmod(0o755)
+    t0 = time.monotonic()
+    r = run_cmd([str(tool)], 1)
+    assert isinstance(r, Unavailable) and r.kind == "timeout" and time.monotonic() - t0 < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                break
+        time.sleep(0.05)
+    else:
+        assert not os.path.exists(f"/proc/{child}"), "the tool's child outlived the timeout"
+    ok = run_cmd(["sh", "-c", "echo out; echo err >&2; exit 3"], 5)
+    assert ok == CmdResult(3, "out\n", "err\n")
+
+
 def test_shm_size_of_a_real_path(tmp_path):
     assert isinstance(shm_size(str(tmp_path)), int)
     assert isinstance(shm_size(str(tmp_path / "missing")), Unavailable)
