@@ -13,23 +13,26 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from argparse import ArgumentError
 from typing import Any
 
 # The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
-from hostcheck import SCHEMA_VERSION, gather
+from hostcheck import SCHEMA_VERSION, config, gather, slurm
 from hostcheck.argtypes import duration, seconds
 from hostcheck.checks import all_checks
-from hostcheck.child.launch import python_arg
+from hostcheck.child.launch import kill_all, python_arg, reopen
 from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import paths_error, write_report
+from hostcheck.profiles import DEFAULT_PROFILE, PROFILES
 from hostcheck.registry import Check, Result, run_checks, select
 from hostcheck.render.json import render_json
 from hostcheck.render.junit import render_junit
-from hostcheck.render.prometheus import render_prometheus
+from hostcheck.render.prometheus import read_last_success, render_prometheus
+from hostcheck.render.summary import render_summary
 from hostcheck.render.text import render_list, render_text
-from hostcheck.report import Report, host_info, now_iso, versions
+from hostcheck.report import Report, gpu_records, host_info, now_iso, versions
 from hostcheck.score import FAIL_LEVELS, Verdict, verdict
 
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
@@ -56,6 +59,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--color", choices=("auto", "always", "never"), default="auto", help="colour (default: auto)"
     )
     out.add_argument("-v", "--verbose", action="store_true", help="show per-GPU details under each check")
+    out.add_argument(
+        "--summary",
+        action="store_true",
+        help="print one line (at most 80 characters: node-problem-detector's limit) instead of the report",
+    )
+    run = p.add_argument_group("operations")
+    run.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"TOML settings (default: {config.DEFAULT_PATH} when it exists); options given here win",
+    )
+    run.add_argument(
+        "--profile",
+        choices=tuple(PROFILES),
+        help="passive: reads only, for Slurm's HealthCheckProgram; prolog/epilog: short, exit non-zero only; "
+        "full: everything (default); burnin: full plus a 10-minute stress run",
+    )
+    run.add_argument(
+        "--deadline",
+        type=seconds,
+        metavar="S",
+        help="the whole run ends by then; what is not done is cut off as an error (default: the profile's)",
+    )
+    run.add_argument(
+        "--slurm-drain",
+        action="store_true",
+        default=None,
+        help="drain this Slurm node when not ready and resume it when ready (only drains hostcheck made)",
+    )
     sel = p.add_argument_group("selection")
     sel.add_argument("--list", action="store_true", help="list the checks and exit")
     sel.add_argument(
@@ -69,11 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ver.add_argument(
         "--fail-level",
         choices=tuple(FAIL_LEVELS),
-        default="fail",
         help="not ready when any check is at this level or worse (errors count as fail; default: fail)",
     )
     ver.add_argument(
-        "--min-score", type=int, default=0, metavar="N", help="not ready when the score is below N"
+        "--min-score", type=int, metavar="N", help="not ready when the score is below N (default 0)"
     )
     env = p.add_argument_group("environment")
     env.add_argument(
@@ -101,7 +132,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     wl = p.add_argument_group("workload")
     wl.add_argument(
-        "--burn", type=duration, default=0.0, metavar="SECONDS", help="add a matmul stress run of this length"
+        "--burn",
+        type=duration,
+        metavar="SECONDS",
+        help="add a matmul stress run of this length (default: the profile's; burnin 600)",
     )
     wl.add_argument(
         "--workload-timeout",
@@ -148,14 +182,21 @@ def _split(values: list[str] | None) -> list[str]:
 
 
 def evaluate(
-    snapshot: Any, checks: list[Check], fail_level: str = "fail", min_score: int = 0, timeout_s: float = 30.0
+    snapshot: Any,
+    checks: list[Check],
+    fail_level: str = "fail",
+    min_score: int = 0,
+    timeout_s: float = 30.0,
+    deadline: float | None = None,
 ) -> tuple[list[Result], Verdict]:
     """Judge a gathered snapshot: the pure half of a run (tests call this with fixture snapshots)."""
-    results = run_checks(checks, snapshot, timeout_s)
+    results = run_checks(checks, snapshot, timeout_s, deadline)
     return results, verdict(results, fail_level=fail_level, min_score=min_score)
 
 
-def build_report(snapshot: Any, results: list[Result], v: Verdict, started: float, when: str) -> Report:
+def build_report(
+    snapshot: Any, results: list[Result], v: Verdict, started: float, when: str, profile: str = ""
+) -> Report:
     return Report(
         results=tuple(results),
         verdict=v,
@@ -164,16 +205,32 @@ def build_report(snapshot: Any, results: list[Result], v: Verdict, started: floa
         time=when,
         duration_s=time.monotonic() - started,
         exit_code=EXIT_READY if v.ready else EXIT_NOT_READY,
+        gpus=gpu_records(snapshot),
+        profile=profile,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """``hostcheck check``: select, gather, judge, report. Usage errors raise argparse.ArgumentError."""
     started = time.monotonic()
+    cfg = _settle(args)
+    profile = PROFILES[args.profile]
     try:
         checks = select(all_checks(), _split(args.only), _split(args.skip), args.quick)
     except ValueError as exc:
         raise ArgumentError(None, str(exc)) from None
+    named = [c.id for c in checks if c.id.lower() in {x.lower() for x in _split(args.only)}]
+    outside = [i for i in named if not profile.allows(next(c for c in checks if c.id == i).needs)]
+    if outside:
+        raise ArgumentError(
+            None,
+            f"{outside[0]} does not run in the {profile.name} profile: it starts a child "
+            "or a GPU job; choose --profile full",
+        )
+    allowed = [c for c in checks if profile.allows(c.needs)]
+    if checks and not allowed:
+        raise ArgumentError(None, f"the {profile.name} profile runs none of the selected checks")
+    checks = allowed
     if args.list:
         if args.json:
             rows = [
@@ -222,7 +279,10 @@ def run(args: argparse.Namespace) -> int:
     if bad_path:
         raise ArgumentError(None, bad_path)
 
+    deadline = started + (args.deadline or profile.deadline_s)
     options = gather.Options(
+        deadline=deadline,
+        config=cfg,
         expect_gpus=args.expect_gpus,
         python=args.python,
         facts_dir=args.facts_dir,
@@ -241,10 +301,81 @@ def run(args: argparse.Namespace) -> int:
     )
     needs = set().union(*(c.needs for c in checks)) & set(gather.GATHERERS)
     when = now_iso()
-    snapshot = gather.gather(options, needs)
-    results, v = evaluate(snapshot, checks, args.fail_level, args.min_score, args.timeout)
-    report = build_report(snapshot, results, v, started, when)
-    return emit(report, args)
+    with _Watchdog(deadline, profile.name):
+        snapshot = gather.gather(options, needs)
+        # Children of gatherers the deadline cut off die now, not at their own limits; nothing new starts.
+        overran = time.monotonic() >= deadline
+        if overran:
+            kill_all()
+        results, v = evaluate(snapshot, checks, args.fail_level, args.min_score, args.timeout, deadline)
+        report = build_report(snapshot, results, v, started, when, profile.name)
+        code = emit(report, args)
+        if args.slurm_drain:
+            if overran:
+                reopen()  # scontrol must still run: the verdict stands and Slurm must hear it
+            action = slurm.apply(report, cfg.slurm)
+            if overran:
+                kill_all()
+            print(f"hostcheck: slurm: {action.message}", file=sys.stderr)
+            if action.kind == "error":
+                return EXIT_USAGE
+    return code
+
+
+def _settle(args: argparse.Namespace) -> config.Config:
+    """Read the configuration file and fill every option the command line left unset from it, then from the
+    built-in defaults. A bad file is a usage error naming the file, the key and the reason."""
+    try:
+        cfg = config.load(args.config, explicit=args.config is not None)
+    except config.ConfigError as exc:
+        raise ArgumentError(None, f"{exc} (see --config and docs/operations.md)") from None
+    args.profile = args.profile or cfg.profile or DEFAULT_PROFILE
+    args.fail_level = args.fail_level or cfg.fail_level or "fail"
+    if args.min_score is None:
+        args.min_score = cfg.min_score or 0
+    if args.expect_gpus is None:
+        args.expect_gpus = cfg.expect_gpus
+    args.only = args.only or list(cfg.only)
+    args.skip = list(cfg.skip) + (args.skip or [])
+    if args.prometheus is None:
+        args.prometheus = cfg.prometheus
+    args.slurm_drain = cfg.slurm.drain if args.slurm_drain is None else args.slurm_drain
+    if args.burn is None:
+        args.burn = PROFILES[args.profile].burn_s
+    return cfg
+
+
+class _Watchdog:
+    """The last line of defence: a run still going well past its deadline (a check stuck where no timeout
+    reaches) ends with exit 2 and every child killed, instead of holding the health check's slot."""
+
+    GRACE_S = 15.0
+
+    def __init__(self, deadline: float, profile: str) -> None:
+        self.deadline, self.profile = deadline, profile
+        self.timer: threading.Timer | None = None
+
+    def __enter__(self) -> _Watchdog:
+        wait = max(0.0, self.deadline - time.monotonic()) + self.GRACE_S
+        self.timer = threading.Timer(wait, self.fire)
+        self.timer.daemon = True
+        with contextlib.suppress(RuntimeError):  # no thread to be had: the per-part deadlines still hold
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def fire(self) -> None:
+        with contextlib.suppress(Exception):
+            kill_all()
+            sys.stderr.write(
+                f"hostcheck: error: the {self.profile} profile's deadline passed {self.GRACE_S:g} s ago and the "
+                "run is still not done; stopped\n"
+            )
+            sys.stderr.flush()
+        os._exit(EXIT_USAGE)
 
 
 def _section_args(text: str | None) -> dict[str, Any] | None:
@@ -279,14 +410,18 @@ def _temp_dir_error() -> str | None:
 def emit(report: Report, args: argparse.Namespace) -> int:
     try:
         if args.prometheus:
-            write_report(args.prometheus, render_prometheus(report))
+            # The textfile is rewritten every run: a not-ready run keeps the last ready run's time.
+            last = None if report.verdict.ready else read_last_success(args.prometheus)
+            write_report(args.prometheus, render_prometheus(report, last))
         if args.junit:
             write_report(args.junit, render_junit(report))
     except OSError as exc:
         print(f"hostcheck: error: writing a report file: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if args.json:
+        if args.summary:
+            sys.stdout.write(render_summary(report))
+        elif args.json:
             sys.stdout.write(render_json(report))
         else:
             colour = args.color == "always" or (

@@ -11,7 +11,7 @@ import enum
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 CATEGORIES = ("system", "gpu", "torch", "tuning", "workload")
@@ -240,5 +240,36 @@ def run_check(c: Check, snapshot: Any, default_timeout_s: float = 30.0) -> Resul
     )
 
 
-def run_checks(checks: list[Check], snapshot: Any, default_timeout_s: float = 30.0) -> list[Result]:
-    return [run_check(c, snapshot, default_timeout_s) for c in checks]
+def run_checks(
+    checks: list[Check], snapshot: Any, default_timeout_s: float = 30.0, deadline: float | None = None
+) -> list[Result]:
+    """Judge every check; past ``deadline`` (time.monotonic()) the rest are cut off as errors."""
+    out = []
+    for c in checks:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            out.append(cut_off(c))
+            continue
+        timeout = c.timeout_s or default_timeout_s
+        if left is None or left >= timeout:
+            out.append(run_check(c, snapshot, default_timeout_s))
+            continue
+        r = run_check(replace(c, timeout_s=left), snapshot, default_timeout_s)
+        if r.status is Status.ERROR and r.message.startswith("check timed out"):
+            r = replace(cut_off(c), duration_s=r.duration_s)
+        out.append(r)
+    return out
+
+
+def cut_off(c: Check) -> Result:
+    """The result of a check the run's deadline left no time for."""
+    return Result(
+        id=c.id,
+        title=c.title,
+        category=c.category,
+        weight=c.weight,
+        status=Status.ERROR,
+        message="cut off: the run's deadline passed before this check could finish",
+        hint="the node answered too slowly (a hung driver call or a stuck file system is likely); "
+        "re-run with a longer --deadline to see which part is slow",
+    )

@@ -2,18 +2,52 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.gather.base import Unavailable
+from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Result
 from hostcheck.score import Verdict
 
 
 def _v(x: Any) -> Any:
     return None if isinstance(x, Unavailable) else x
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """One GPU, named the way dcgm-exporter names it, with what this run read or measured of it.
+
+    Every figure is in base units (bytes, seconds, degrees Celsius, FLOP/s); a figure that could not be read
+    is left out rather than given as null, so a reader never mistakes "unknown" for zero.
+    """
+
+    index: int
+    uuid: str | None = None
+    #: NVML's form, ``00000000:3B:00.0`` (dcgm-exporter's ``pci_bus_id`` label), not the sysfs form.
+    pci_bus_id: str | None = None
+    name: str | None = None
+    #: NVML and kernel-log figures: temperature_celsius, memory_total_bytes, xid_events... (see gpu_records)
+    quantities: dict[str, float] = field(default_factory=dict)
+    #: Workload matmul throughput per dtype ("bf16", "fp16", "tf32", "fp32"), FLOP/s.
+    matmul_flops_per_second: dict[str, float] = field(default_factory=dict)
+    #: Workload copy bandwidth per kind ("h2d_pinned", "d2h_pageable", "device_copy"...), bytes/s.
+    copy_bytes_per_second: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "pci_bus_id": self.pci_bus_id,
+            "name": self.name,
+            "quantities": dict(self.quantities),
+            "matmul_flops_per_second": dict(self.matmul_flops_per_second),
+            "copy_bytes_per_second": dict(self.copy_bytes_per_second),
+        }
 
 
 @dataclass(frozen=True)
@@ -25,6 +59,10 @@ class Report:
     time: str = ""
     duration_s: float = 0.0
     exit_code: int = 0
+    #: Per-GPU figures (gpu_records); empty when NVML gave no GPU or the caller did not ask for them.
+    gpus: tuple[GpuRecord, ...] = ()
+    #: The profile that ran (hostcheck.profiles): a passive run judges less than a full one.
+    profile: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,6 +75,8 @@ class Report:
             "checks": [r.to_dict() for r in self.results],
             "score": self.verdict.to_dict(),
             "exit_code": self.exit_code,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "profile": self.profile or None,
         }
 
 
@@ -100,6 +140,172 @@ def versions(snap: Any) -> dict[str, Any]:
         out["cudnn"] = ti.get("cudnn")
         out["nccl"] = ti.get("nccl")
     return out
+
+
+def nvml_bus_id(bus_id: Any) -> str | None:
+    """``0000:3b:00.0`` (hostcheck's sysfs form) -> ``00000000:3B:00.0`` (NVML's, which dcgm-exporter uses)."""
+    if not isinstance(bus_id, str) or not bus_id:
+        return None
+    parts = bus_id.split(":")
+    if len(parts) != 3:
+        return bus_id
+    try:
+        return f"{int(parts[0], 16):08X}:{parts[1].upper()}:{parts[2].upper()}"
+    except ValueError:
+        return bus_id
+
+
+def _number(v: Any, bools: bool = True, scale: float = 1) -> float | int | None:
+    """``v * scale`` when ``v`` is a number (a bool as 0/1 where ``bools``) and the product a finite float, else
+    None: Unavailable, None, text, NaN and an int beyond any float (a hostile child's JSON) are left out."""
+    if isinstance(v, bool):
+        v = int(v) if bools else None
+    if not isinstance(v, (int, float)):
+        return None
+    try:
+        scaled = v * scale if scale != 1 else v
+        return scaled if math.isfinite(scaled) else None
+    except OverflowError:
+        return None
+
+
+def _index(row: Any) -> int | None:
+    v = row.get("index") if isinstance(row, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _item(v: Any, i: int) -> Any:
+    return v[i] if isinstance(v, tuple) and len(v) > i else None
+
+
+def _nvml_quantities(g: Any) -> dict[str, float]:
+    if g.handle_error is not None:
+        # No handle, so every other field is a default, not a reading: that it is lost is what is known.
+        return {"lost": int(g.lost is not None)}
+    rr = g.remapped_rows
+    raw = {
+        "temperature_celsius": g.temperature_c,
+        "slowdown_temperature_celsius": g.slowdown_temperature_c,
+        "memory_total_bytes": g.memory_total_bytes,
+        "ecc_enabled": g.ecc_current,
+        "ecc_uncorrectable_volatile_errors": g.ecc_uncorrected_volatile,
+        "ecc_uncorrectable_aggregate_errors": g.ecc_uncorrected_aggregate,
+        "retired_pages_double_bit": g.retired_pages_dbe,
+        "retired_pages_single_bit": g.retired_pages_sbe,
+        "retired_pages_pending": g.retired_pages_pending,
+        "remapped_rows_correctable": _item(rr, 0),
+        "remapped_rows_uncorrectable": _item(rr, 1),
+        "row_remap_pending": _item(rr, 2),
+        "row_remap_failed": _item(rr, 3),
+        "pcie_link_gen_current": g.pcie_gen_current,
+        "pcie_link_gen_max": g.pcie_gen_max,
+        "pcie_link_width_current": g.pcie_width_current,
+        "pcie_link_width_max": g.pcie_width_max,
+        "nvlink_active_links": g.nvlink_active,
+        "clock_event_reasons": g.clock_event_reasons,
+        "persistence_mode_enabled": g.persistence_mode,
+        "fabric_state": _item(g.fabric, 0),
+        "compute_processes": len(g.processes) if isinstance(g.processes, tuple) else None,
+        "lost": g.lost is not None,
+    }
+    out = {k: _number(v) for k, v in raw.items()}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _suite_rows(run: WorkloadRun, name: str) -> list[dict]:
+    """A suite section's per-device rows; CPU rows have no device index, so nothing there is a GPU's."""
+    data, _ = suite_section(run, name)
+    rows = data.get("gpus") if isinstance(data, dict) else None
+    return [r for r in rows if _index(r) is not None] if isinstance(rows, list) else []
+
+
+def _burn_rows(run: WorkloadRun) -> list[dict]:
+    recs = run.burn.records if run.burn is not None else ()
+    rec = next((x for x in reversed(recs) if x.get("probe") == "burn" and x.get("ok")), None)
+    data = rec.get("data") if rec is not None else None
+    rows = data.get("gpus") if isinstance(data, dict) else None
+    return [r for r in rows if _index(r) is not None] if isinstance(rows, list) else []
+
+
+def _device_to_nvml(run: WorkloadRun, nvml_by_bus: dict[str, int]) -> dict[int, int]:
+    """The suite's CUDA device index -> NVML index, by PCI address where the env probe read one (CUDA's
+    order differs from NVML's under CUDA_DEVICE_ORDER=FASTEST_FIRST or CUDA_VISIBLE_DEVICES); else the same."""
+    out = {}
+    for row in _suite_rows(run, "env"):
+        bus = row.get("pci_bus_id")
+        if isinstance(bus, str) and bus.lower() in nvml_by_bus:
+            out[row["index"]] = nvml_by_bus[bus.lower()]
+    return out
+
+
+def _workload_figures(
+    run: WorkloadRun, nvml_by_bus: dict[str, int]
+) -> dict[int, dict[str, dict[str, float]]]:
+    """NVML index -> {"quantities" | "matmul" | "copy": {name: value in base units}} from the workload run."""
+    to_nvml = _device_to_nvml(run, nvml_by_bus)
+    out: dict[int, dict[str, dict[str, float]]] = {}
+
+    def slot(row: dict, part: str) -> dict[str, float]:
+        i = to_nvml.get(row["index"], row["index"])
+        return out.setdefault(i, {"quantities": {}, "matmul": {}, "copy": {}})[part]
+
+    for row in _suite_rows(run, "matmul"):
+        dtypes = row.get("dtypes")
+        for dt, m in dtypes.items() if isinstance(dtypes, dict) else ():
+            ok = isinstance(m, dict) and isinstance(dt, str)
+            v = _number(m.get("tflops"), bools=False, scale=1e12) if ok else None
+            if v is not None:
+                slot(row, "matmul")[dt] = v
+    for row in _suite_rows(run, "bandwidth"):
+        for kind, m in row.items():
+            ok = isinstance(m, dict) and isinstance(kind, str)
+            v = _number(m.get("gbs"), bools=False, scale=1e9) if ok else None
+            if v is not None:
+                slot(row, "copy")[kind] = v
+    for row in _burn_rows(run):
+        for key, name, scale in (
+            ("tflops_median", "burn_median_flops_per_second", 1e12),
+            ("tflops_min", "burn_min_flops_per_second", 1e12),
+            ("mismatches", "burn_result_mismatches", 1),
+        ):
+            v = _number(row.get(key), bools=False, scale=scale)
+            if v is not None:
+                slot(row, "quantities")[name] = v
+    return out
+
+
+def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
+    """Per-GPU figures of a snapshot: NVML's, XID events by PCI address, and the workload's per-device
+    measurements. Only a GPU NVML (or nvidia-smi) listed gets a record: without its UUID nothing can join."""
+    n = snap.nvml
+    if n is None or not n.ok:
+        return ()
+    sysm = snap.system
+    xids = sysm.xid_events if sysm is not None and isinstance(sysm.xid_events, tuple) else None
+    nvml_by_bus = {g.pci_bus_id.lower(): g.index for g in n.gpus if isinstance(g.pci_bus_id, str)}
+    run = snap.workload
+    measured = _workload_figures(run, nvml_by_bus) if isinstance(run, WorkloadRun) else {}
+    out = []
+    for g in sorted(n.gpus, key=lambda g: g.index):
+        q = _nvml_quantities(g)
+        bus = g.pci_bus_id if isinstance(g.pci_bus_id, str) else None
+        if bus and xids is not None:
+            # The kernel logs "PCI:0000:3b:00", without the function: the match gpu.E011 makes.
+            q["xid_events"] = sum(1 for e in xids if e.pci == bus.lower().rsplit(".", 1)[0])
+        w = measured.get(g.index, {})
+        q.update(w.get("quantities", {}))
+        out.append(
+            GpuRecord(
+                index=g.index,
+                uuid=g.uuid if isinstance(g.uuid, str) else None,
+                pci_bus_id=nvml_bus_id(bus),
+                name=g.name if isinstance(g.name, str) else None,
+                quantities=q,
+                matmul_flops_per_second=w.get("matmul", {}),
+                copy_bytes_per_second=w.get("copy", {}),
+            )
+        )
+    return tuple(out)
 
 
 def now_iso() -> str:

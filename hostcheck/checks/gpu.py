@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hostcheck import fixes
+from hostcheck.config import Config
 from hostcheck.gather.base import GPU_LOST, NO_PERMISSION, NOT_INSTALLED, NOT_SUPPORTED, Unavailable
 from hostcheck.gather.fabric import FM_SERVICE
 from hostcheck.gather.nvml import (
@@ -24,25 +25,11 @@ from hostcheck.gather.nvml import (
 )
 from hostcheck.registry import Outcome, Status, check, errored, failed, passed, skipped, warned
 
-TEMP_WARN_C = 80
-TEMP_FAIL_C = 84  # Meta GCM's critical GPU temperature (facebookresearch/gcm health checks)
-RETIRED_PAGES_FAIL = 60  # NVIDIA's RMA guidance: 60+ retired pages
-#: XIDs that mean hardware or driver trouble (others, e.g. 13/31/43, are usually the application's).
-XID_CRITICAL = {
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement / row remap recording",
-    64: "ECC page retirement / row remap failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
-}
+
+def _config(s: Any) -> Config:
+    """The snapshot's configuration (thresholds, XID policy); the defaults when a snapshot carries none."""
+    cfg = getattr(getattr(s, "options", None), "config", None)
+    return cfg if isinstance(cfg, Config) else Config()
 
 
 def _no_gpus(s: Any) -> Outcome | None:
@@ -159,7 +146,7 @@ def _cuda_str(v: Any) -> str:
     return "unknown"
 
 
-@check("gpu.E002", "GPU count", weight=10, needs=("nvml", "facts"))
+@check("gpu.E002", "GPU count", weight=10, needs=("nvml", "system", "facts"))
 def gpu_count(s: Any) -> Outcome:
     expected = s.options.expect_gpus
     source = "--expect-gpus"
@@ -286,6 +273,8 @@ def row_remap(s: Any) -> Outcome:
 
 @check("gpu.E006", "Retired pages", weight=5, needs=("nvml",))
 def retired_pages(s: Any) -> Outcome:
+    limit = _config(s).thresholds.retired_pages_fail
+
     def judge(g: GpuInfo) -> tuple[Status, str] | None:
         m = _missing(g, g.retired_pages_dbe, "page retirement (GPUs since Ampere use row remapping)")
         if m:
@@ -293,8 +282,8 @@ def retired_pages(s: Any) -> Outcome:
         total = g.retired_pages_dbe + (g.retired_pages_sbe if isinstance(g.retired_pages_sbe, int) else 0)
         if g.retired_pages_pending is True:
             return Status.FAIL, f"GPU {g.index}: page retirement pending; needs a reboot"
-        if total >= RETIRED_PAGES_FAIL:
-            return Status.FAIL, f"GPU {g.index}: {total} retired pages (RMA threshold {RETIRED_PAGES_FAIL})"
+        if total >= limit:
+            return Status.FAIL, f"GPU {g.index}: {total} retired pages (RMA threshold {limit})"
         if total > 0:
             return Status.WARN, f"GPU {g.index}: {total} retired pages"
         return Status.PASS, f"GPU {g.index}: 0"
@@ -304,7 +293,7 @@ def retired_pages(s: Any) -> Outcome:
         judge,
         "no retired pages",
         hint=lambda gs: "reboot to apply pending retirements; " + fixes.GPU_DRAIN.format(idx=_idx(gs)),
-        expected=f"pending none, total < {RETIRED_PAGES_FAIL}",
+        expected=f"pending none, total < {limit}",
     )
 
 
@@ -369,6 +358,8 @@ def clock_reasons(s: Any) -> Outcome:
 
 @check("gpu.E009", "GPU temperature", weight=3, needs=("nvml",))
 def temperature(s: Any) -> Outcome:
+    th = _config(s).thresholds
+    warn_c, fail_c = f"{th.gpu_temp_warn_c:g}", f"{th.gpu_temp_fail_c:g}"
     temps = [
         g.temperature_c
         for g in (s.nvml.gpus if s.nvml and s.nvml.ok else ())
@@ -380,22 +371,22 @@ def temperature(s: Any) -> Outcome:
         if m:
             return m
         t = g.temperature_c
-        if t >= TEMP_FAIL_C:
-            return Status.FAIL, f"GPU {g.index}: {t} C (>= {TEMP_FAIL_C} C)"
-        if t >= TEMP_WARN_C:
-            return Status.WARN, f"GPU {g.index}: {t} C (>= {TEMP_WARN_C} C)"
+        if t >= th.gpu_temp_fail_c:
+            return Status.FAIL, f"GPU {g.index}: {t} C (>= {fail_c} C)"
+        if t >= th.gpu_temp_warn_c:
+            return Status.WARN, f"GPU {g.index}: {t} C (>= {warn_c} C)"
         return Status.PASS, f"GPU {g.index}: {t} C"
 
     return _per_gpu(
         s,
         judge,
-        f"all GPUs below {TEMP_WARN_C} C",
+        f"all GPUs below {warn_c} C",
         hint=lambda gs: (
             "check fans, airflow and inlet temperature (BMC); an idle GPU this hot has a cooling fault"
         ),
         value=max(temps) if temps else None,
         unit="C",
-        expected=f"< {TEMP_WARN_C} (fail at {TEMP_FAIL_C})",
+        expected=f"< {warn_c} (fail at {fail_c})",
     )
 
 
@@ -412,7 +403,24 @@ def persistence(s: Any) -> Outcome:
     return _per_gpu(s, judge, "persistence mode on", hint=lambda gs: fixes.PERSISTENCE, expected="on")
 
 
-@check("gpu.E011", "XID errors in the kernel log (last 2 h)", weight=8, needs=("nvml", "system"))
+#: Hint for XIDs the policy fails: the node needs a reset or service before it takes work.
+_HINT_XID_FAIL = (
+    "drain the node; look the XIDs up in NVIDIA's XID catalogue; reset or reboot, then run dcgmi diag -r 3; "
+    "RMA on repeat"
+)
+_HINT_XID_WARN = "check which job crashed around those times; not a hardware fault unless it repeats"
+
+
+def _meaning(policy: Any, xid: int) -> str:
+    return (policy.meaning.get(xid, ("",))[0]) or "not in the XID policy"
+
+
+def _xid_list(xids: list[int], policy: Any) -> str:
+    """'Xid 79 (GPU has fallen off the bus), Xid 95 (...)': each distinct XID with the policy's meaning."""
+    return ", ".join(f"Xid {x} ({_meaning(policy, x)})" for x in xids)
+
+
+@check("gpu.E011", "XID errors in the kernel log (recent window)", weight=8, needs=("nvml", "system"))
 def xid_errors(s: Any) -> Outcome:
     sysm = s.system
     events = sysm.xid_events
@@ -423,28 +431,39 @@ def xid_errors(s: Any) -> Outcome:
         if early and s.nvml is not None and not s.nvml.ok:
             return early
         return passed(f"no XID events ({sysm.xid_source})", value=0, unit="events", expected=0)
+    policy = _config(s).xid
     pci_to_idx = {}
     for g in s.nvml.gpus if s.nvml and s.nvml.ok else ():
         if isinstance(g.pci_bus_id, str):
             pci_to_idx[g.pci_bus_id.rsplit(".", 1)[0]] = g.index
-    crit = [e for e in events if e.xid in XID_CRITICAL]
+    action = {e.xid: policy.action(e.xid) for e in events}
+    by_action: dict[str, list[int]] = {"fail": [], "warn": [], "ignore": []}
+    for x in sorted(action):
+        by_action[action[x]].append(x)
     details = tuple(
-        f"GPU {pci_to_idx.get(e.pci, e.pci)}: Xid {e.xid} {XID_CRITICAL.get(e.xid, '')} {e.text}".strip()
+        f"GPU {pci_to_idx.get(e.pci, e.pci)}: Xid {e.xid} [{action[e.xid]}] {_meaning(policy, e.xid)}"
+        + (f": {e.text}" if e.text else "")
         for e in events
     )
-    xids = sorted({e.xid for e in events})
-    kw: dict[str, Any] = {"value": len(events), "unit": "events", "expected": 0, "details": details}
-    if crit:
-        return failed(
-            f"{len(crit)} hardware/driver XID event(s): Xid {', '.join(str(x) for x in xids)}",
-            hint="drain the node; look the XIDs up in NVIDIA's XID catalogue; reset or reboot, then run "
-            "dcgmi diag -r 3; RMA on repeat",
-            **kw,
-        )
-    return warned(
-        f"{len(events)} XID event(s) (Xid {', '.join(str(x) for x in xids)}), usually application faults",
-        hint="check which job crashed around those times; not a hardware fault unless it repeats",
-        **kw,
+    count = {a: sum(1 for e in events if action[e.xid] == a) for a in by_action}
+    kw: dict[str, Any] = {
+        "value": len(events),
+        "unit": "events",
+        "expected": "0 (ignored XIDs aside)",
+        "details": details,
+    }
+    named = {a: _xid_list(xs, policy) for a, xs in by_action.items()}
+    ignored = f"; ignored: {named['ignore']}" if by_action["ignore"] else ""
+    where = f"({sysm.xid_source})"
+    if by_action["fail"]:
+        also = f"; also {named['warn']}" if by_action["warn"] else ""
+        msg = f"{count['fail']} hardware/driver XID event(s) {where}: {named['fail']}{also}{ignored}"
+        return failed(msg, hint=_HINT_XID_FAIL, **kw)
+    if by_action["warn"]:
+        msg = f"{count['warn']} XID event(s) to look at {where}: {named['warn']}{ignored}"
+        return warned(msg, hint=_HINT_XID_WARN, **kw)
+    return passed(
+        f"{len(events)} XID event(s), all ignored by the XID policy {where}: {named['ignore']}", **kw
     )
 
 

@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hostcheck.gather.base import CRASHED, TIMEOUT, Unavailable, read_text
+from hostcheck.config import Config
+from hostcheck.gather.base import BUSY, CRASHED, TIMEOUT, Unavailable, read_text
+from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
 from hostcheck.gather.system import SystemSnapshot, gather_system
@@ -45,6 +47,10 @@ class Options:
     workload_sections: tuple[str, ...] = DEFAULT_SECTIONS
     #: Per-section arguments for the probes (sizes, durations), e.g. {"matmul": {"n": 8192}}.
     workload_section_args: dict[str, Any] | None = None
+    #: The run's deadline (time.monotonic()): every gatherer is cut off by then (hostcheck.profiles).
+    deadline: float | None = None
+    #: The configuration file's settings (thresholds, XID policy, GPU models) that checks read.
+    config: Config = field(default_factory=Config)
 
 
 @dataclass(frozen=True)
@@ -67,12 +73,22 @@ class Snapshot:
 
 
 def _timed(
-    name: str, fn: Callable[[], Any], timeout: float, fallback: Callable[[Unavailable], Any], timings: dict
+    name: str,
+    fn: Callable[[], Any],
+    timeout: float,
+    fallback: Callable[[Unavailable], Any],
+    timings: dict,
+    deadline: float | None = None,
 ) -> Any:
     start = time.monotonic()
-    finished, value = call_with_timeout(fn, timeout)
+    cut = deadline is not None and deadline - start < timeout
+    if cut:
+        timeout = max(0.0, deadline - start)
+    finished, value = call_with_timeout(fn, timeout) if timeout > 0 else (False, None)
     timings[name] = round(time.monotonic() - start, 3)
     if not finished:
+        if cut:
+            return fallback(Unavailable(TIMEOUT, f"gathering {name} was cut off by the run's deadline"))
         return fallback(Unavailable(TIMEOUT, f"gathering {name} did not finish in {timeout:g} s"))
     if isinstance(value, BaseException):
         return fallback(Unavailable(CRASHED, f"gathering {name} failed: {type(value).__name__}: {value}"))
@@ -104,12 +120,18 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 python=chosen.get("python", ""), python_source=chosen.get("source", ""), error=u
             ),
             timings,
+            options.deadline,
         )
 
     # NVML first, before the torch probe can open a CUDA context that would show up as a GPU process.
     if "nvml" in needs:
         results["nvml"] = _timed(
-            "nvml", gather_nvml, options.gather_timeout_s, lambda u: NvmlSnapshot(error=u), timings
+            "nvml",
+            gather_nvml,
+            options.gather_timeout_s,
+            lambda u: NvmlSnapshot(error=u),
+            timings,
+            options.deadline,
         )
     threads = []
     if "torch" in needs:
@@ -123,14 +145,25 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             python, _ = choose_python(options.python, facts)
             return gather_for(options, python, gather_tuning_env(env_file))
 
-        results["workload"] = _timed("workload", run, gather_limit(options), lambda u: u, timings)
+        results["workload"] = _timed(
+            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline
+        )
 
-    if "workload" in needs:
+    # Never a GPU job beside someone else's: a busy node would only look slow.
+    busy = busy_reason(results.get("nvml")) if "workload" in needs else None
+    if busy:
+        results["workload"] = Unavailable(BUSY, busy)
+    elif "workload" in needs:
         threads.append(threading.Thread(target=do_workload, daemon=True))
         threads[-1].start()
     if "system" in needs:
         results["system"] = _timed(
-            "system", gather_system, options.gather_timeout_s, lambda u: SystemSnapshot(), timings
+            "system",
+            lambda: gather_system(xid_window_hours=options.config.xid.window_hours),
+            options.gather_timeout_s,
+            lambda u: SystemSnapshot(),
+            timings,
+            options.deadline,
         )
     if "tuning" in needs:
         services = tuple(facts.get("gpunode_tuning", "services_disabled") or DEFAULT_SERVICES_OFF)
@@ -140,6 +173,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             options.gather_timeout_s,
             lambda u: TuningSnapshot(shm_bytes=u, env=u, governors=u, thp=u, services=u),
             timings,
+            options.deadline,
         )
     for t in threads:
         t.join()  # each is bounded by its own _timed timeout

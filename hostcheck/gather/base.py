@@ -32,6 +32,8 @@ GPU_LOST = "gpu_lost"
 TIMEOUT = "timeout"
 NOT_FOUND = "not_found"
 ERROR = "error"
+#: Not run on purpose: another process holds a GPU or a Slurm job runs on the node.
+BUSY = "busy"
 #: hostcheck's own gathering code raised: a defect or a hostile input, never a verdict on the node.
 CRASHED = "crashed"
 

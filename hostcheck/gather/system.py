@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
 import platform
 import re
@@ -22,6 +23,7 @@ from hostcheck.gather.base import (
 )
 from hostcheck.gather.fabric import NO_FABRIC, FabricState, gather_fabric
 
+#: The kernel-log window when the caller names none (the shipped XID policy's window_hours).
 XID_WINDOW_HOURS = 2.0
 NO_DRIVER = Unavailable(NOT_FOUND, "NVIDIA kernel module not loaded (/proc/driver/nvidia/version missing)")
 
@@ -115,9 +117,9 @@ def read_xids(
     runner: Runner = run_cmd, hours: float = XID_WINDOW_HOURS
 ) -> tuple[tuple[XidEvent, ...] | Unavailable, str]:
     """XIDs from journalctl -k (the window is applied by journald); dmesg when journald has nothing."""
-    j = runner(
-        ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "--since", f"-{int(hours * 60)}min"], 15
-    )
+    # Whole minutes, rounded up: a window under a minute would otherwise ask journald for none.
+    minutes = max(1, math.ceil(hours * 60))
+    j = runner(["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "--since", f"-{minutes}min"], 15)
     journal_ok = isinstance(j, CmdResult) and j.rc == 0 and "No journal files" not in j.stderr
     if journal_ok and j.stdout.strip():
         return tuple(parse_xid_lines(j.stdout, hours=hours)), f"journalctl -k, last {hours:g} h"
@@ -153,7 +155,10 @@ def _container() -> str | None:
     return None
 
 
-def gather_system(runner: Runner = run_cmd, read_kernel_log: bool = True) -> SystemSnapshot:
+def gather_system(
+    runner: Runner = run_cmd, read_kernel_log: bool = True, xid_window_hours: float = XID_WINDOW_HOURS
+) -> SystemSnapshot:
+    """The system facts; XID events from the last ``xid_window_hours`` (the configuration's XID policy)."""
     osr_text = read_text("/etc/os-release")
     osr = parse_os_release(osr_text) if isinstance(osr_text, str) else {}
     uname = platform.uname()
@@ -184,7 +189,7 @@ def gather_system(runner: Runner = run_cmd, read_kernel_log: bool = True) -> Sys
     xids: tuple[XidEvent, ...] | Unavailable = ()
     source = "not read"
     if read_kernel_log:
-        xids, source = read_xids(runner)
+        xids, source = read_xids(runner, hours=xid_window_hours)
     return SystemSnapshot(
         hostname=socket.gethostname(),
         os_id=osr.get("ID", ""),

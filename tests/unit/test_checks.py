@@ -125,7 +125,9 @@ def test_foreign_process_warns():
     assert r.status == Status.WARN and "4242" in r.message
 
 
-@pytest.mark.parametrize(("xid", "status"), [(79, Status.FAIL), (48, Status.FAIL), (13, Status.WARN)])
+@pytest.mark.parametrize(
+    ("xid", "status"), [(79, Status.FAIL), (48, Status.FAIL), (94, Status.WARN), (13, Status.PASS)]
+)
 def test_xid_events(xid, status):
     from hostcheck.gather.system import XidEvent
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from hostcheck.checks.workload import judge as J
+from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Outcome, Status, check, errored, skipped
 
@@ -51,14 +52,21 @@ def verdict_or_skip(statuses: list[str | None]) -> str:
 
 
 def workload_check(
-    cid: str, title: str, weight: float, section: str | None = None
+    cid: str, title: str, weight: float, section: str | None = None, reads_config: bool = False
 ) -> Callable[[Judge], Judge]:
-    """Register ``fn(run, gpus, on_gpu) -> Outcome`` as check ``cid`` over the snapshot's workload run."""
+    """Register ``fn(run, gpus, on_gpu) -> Outcome`` as check ``cid`` over the snapshot's workload run;
+    with ``reads_config``, ``fn(run, gpus, on_gpu, config)`` (a site's GPU model figures live there)."""
 
     def deco(fn: Judge) -> Judge:
         @check(cid, title, weight=weight, needs=("workload", "nvml"))
         def judged(s: Any) -> Outcome:
             run = s.workload
+            if isinstance(run, Unavailable) and run.kind == BUSY:
+                return skipped(
+                    f"not run: {run.reason}",
+                    hint="the GPU workload runs only on an idle node: run it between jobs "
+                    "(`hostcheck check --only workload`) or in a job of its own",
+                )
             if not isinstance(run, WorkloadRun):
                 return errored(
                     f"the workload run did not complete: {run}",
@@ -69,7 +77,8 @@ def workload_check(
                 return skipped(f"not run: section {section} not selected")
             env, env_err = suite_section(run, "env")
             gpus = list(s.nvml.gpus) if s.nvml is not None else []
-            out = fn(run, gpus, bool(env and env.get("cuda_available")))
+            on_gpu = bool(env and env.get("cuda_available"))
+            out = fn(run, gpus, on_gpu, s.options.config) if reads_config else fn(run, gpus, on_gpu)
             if out.status is not Status.ERROR or not env_err:
                 return out
             if "No module named" in env_err:

@@ -1,7 +1,8 @@
 """Workload checks of one GPU's speed: matmul throughput per dtype, host<->device and device memory bandwidth.
 
-Each is judged against what a healthy GPU of its SKU achieves (sku.py) or what its PCIe link carries
-(judge.py), GPU by GPU; the slowest GPU is the check's value.
+Each is judged against what a healthy GPU of its SKU achieves (sku.py: the site's ``[[gpu_models]]`` first,
+then the built-in table) or what its PCIe link carries (judge.py), GPU by GPU; the slowest GPU is the
+check's value.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _precision_env(run: WorkloadRun) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(found.items()))
 
 
-def _matmul(run: WorkloadRun, on_gpu: bool, dt: str) -> Outcome:
+def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
     data, err = suite_section(run, "matmul")
     if data is None:
         return _f(J.ERROR, f"matmul not measured: {err}")
@@ -58,7 +59,7 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str) -> Outcome:
             statuses.append(J.FAIL)
             details.append(f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s but the result is not finite")
             continue
-        fig = S.matmul_figure(name, dt)
+        fig = S.matmul_figure(name, dt, config)
         st, frac = J.judge_fraction(v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False)
         statuses.append(st)
         if fig:
@@ -91,24 +92,24 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str) -> Outcome:
     )
 
 
-@workload_check("workload.E001", "Matmul throughput, bf16", 2.0, "matmul")
-def matmul_bf16(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
-    return _matmul(run, on_gpu, "bf16")
+@workload_check("workload.E001", "Matmul throughput, bf16", 2.0, "matmul", reads_config=True)
+def matmul_bf16(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    return _matmul(run, on_gpu, "bf16", config)
 
 
-@workload_check("workload.E002", "Matmul throughput, fp16", 1.0, "matmul")
-def matmul_fp16(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
-    return _matmul(run, on_gpu, "fp16")
+@workload_check("workload.E002", "Matmul throughput, fp16", 1.0, "matmul", reads_config=True)
+def matmul_fp16(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    return _matmul(run, on_gpu, "fp16", config)
 
 
-@workload_check("workload.E003", "Matmul throughput, tf32", 1.0, "matmul")
-def matmul_tf32(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
-    return _matmul(run, on_gpu, "tf32")
+@workload_check("workload.E003", "Matmul throughput, tf32", 1.0, "matmul", reads_config=True)
+def matmul_tf32(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    return _matmul(run, on_gpu, "tf32", config)
 
 
-@workload_check("workload.E004", "Matmul throughput, fp32", 0.5, "matmul")
-def matmul_fp32(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
-    return _matmul(run, on_gpu, "fp32")
+@workload_check("workload.E004", "Matmul throughput, fp32", 0.5, "matmul", reads_config=True)
+def matmul_fp32(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    return _matmul(run, on_gpu, "fp32", config)
 
 
 # ------------------------------------------------------------------------------------------ bandwidth
@@ -249,8 +250,8 @@ def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     )
 
 
-@workload_check("workload.E008", "Device memory bandwidth", 1.0, "bandwidth")
-def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+@workload_check("workload.E008", "Device memory bandwidth", 1.0, "bandwidth", reads_config=True)
+def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
     rows, early = _bandwidth_rows(run, on_gpu)
     if early is not None:
         return early
@@ -265,7 +266,7 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         if v is None:
             continue
         values.append(v)
-        fig = S.copy_figure(row.get("name"))
+        fig = S.copy_figure(row.get("name"), config)
         st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE))
         statuses.append(st)
         if fig:

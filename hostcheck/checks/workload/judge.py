@@ -79,7 +79,8 @@ def judge_fraction(measured: float | None, achievable: float | None, estimate: b
     """(status, fraction) for a measurement against an achievable figure.
 
     No reference (unknown SKU, dtype without a fast path) -> (None, None): measured, no verdict.
-    A reference that is only an estimate can warn but not fail.
+    A reference that is only an estimate can warn but not fail. A measured, published or site figure (the
+    site's own [[gpu_models]] entry in the configuration, which it vouches for) can fail.
     """
     if measured is None or not achievable or achievable <= 0:
         return None, None

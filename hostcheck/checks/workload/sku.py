@@ -9,17 +9,22 @@ Each figure says where it comes from:
 - ``estimate``: datasheet dense peak x the efficiency measured on the reference H100 SXM node for that
   dtype. Estimates can warn but never fail (see judge.judge_fraction); replace one with a measurement
   when a node of that SKU is at hand (``benchmarks/matmul_h2d_long_vs_short.py`` prints the figures).
+- ``site``: the site's own figure, from ``[[gpu_models]]`` in the configuration file. It comes first:
+  the first entry whose ``match`` hits the device name gives the figures it names, the built-in table the
+  rest. A site figure judges like a measured one (it can fail): the site vouches for it.
 
 Efficiencies from the reference H100 SXM (H100 80GB HBM3 SXM, driver 580.159.04, torch 2.11.0+cu130, Ubuntu 24.04):
 bf16 780/989 = 0.789, fp16 749/989 = 0.757, tf32 405/494.7 = 0.819, fp32 50/66.9 = 0.747,
 device copy 3.0/3.35 TB/s = 0.896. Datasheet dense (no sparsity) peaks are NVIDIA's product datasheets
 and architecture whitepapers (Volta, Ampere GA100 and GA102, Ada AD102/AD104, Hopper), quoted per entry.
+Blackwell datasheets quote tensor figures "with sparsity" (2:4 structured); the dense peak is half of it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 
@@ -30,12 +35,13 @@ EFF_COPY = 3.0 / 3.35
 MEASURED = "measured"
 PUBLISHED = "published"
 ESTIMATE = "estimate"
+SITE = "site"
 
 
 @dataclass(frozen=True)
 class Figure:
     value: float
-    basis: str  # MEASURED | PUBLISHED | ESTIMATE
+    basis: str  # MEASURED | PUBLISHED | ESTIMATE | SITE
     source: str
 
 
@@ -82,6 +88,31 @@ _MEASURED_H100 = "measured on the reference H100 SXM node (long run, 8192^3)"
 # Order matters: the first pattern that matches the device name wins (specific before general).
 # Patterns are matched case-insensitively against NVML's / torch's device name.
 SKUS: tuple[tuple[str, Sku], ...] = (
+    (
+        r"GB200",  # before B200: "NVIDIA GB200" also contains "B200"
+        Sku(
+            "gb200",
+            "GB200 (Blackwell GPU of a GB200 superchip)",
+            # GB200 NVL72 spec, per Blackwell GPU: FP16/BF16 5 PFLOPS and TF32 2.5 PFLOPS with sparsity
+            # (2,500 and 1,250 dense), FP32 80 TFLOPS; HBM3e 8 TB/s (576 TB/s for 72 GPUs). ml-engineering's
+            # best achievable bf16 matmul on GB200 is 1822 TFLOP/s, 8% under this estimate.
+            _tc(2500, 1250, 80, "GB200 NVL72 spec (per GPU)"),
+            _est_copy(8.0, "GB200 NVL72 spec (per GPU)"),
+        ),
+    ),
+    (
+        r"\bB200\b",
+        Sku(
+            "b200",
+            "B200",
+            # HGX B200 spec, 8 GPUs: FP16/BF16 36 PFLOPS and TF32 18 PFLOPS with sparsity, FP32 600 TFLOPS,
+            # so per GPU 2,250 / 1,125 dense and 75. Memory: the GB200 NVL72 spec's per-GPU HGX B200 column
+            # gives HBM3e 7.7 TB/s (the DGX B200 datasheet totals 64 TB/s, 8 per GPU: the lower one is taken).
+            # ml-engineering's best achievable bf16 matmul on B200 is 1745 TFLOP/s, 2% under this estimate.
+            _tc(2250, 1125, 75, "HGX B200 spec (per GPU)"),
+            _est_copy(7.7, "HGX B200 spec (per GPU)"),
+        ),
+    ),
     (
         r"H100.*(SXM|HBM3)",  # "NVIDIA H100 80GB HBM3" is the SXM5 part
         Sku(
@@ -259,7 +290,7 @@ SKUS: tuple[tuple[str, Sku], ...] = (
 
 
 def lookup(name: str | None) -> Sku | None:
-    """The SKU entry for a device name from NVML or torch, or None when unknown (no verdict)."""
+    """The built-in SKU entry for a device name from NVML or torch, or None when unknown (no verdict)."""
     if not name or not isinstance(name, str):
         return None
     for pattern, sku in SKUS:
@@ -268,11 +299,33 @@ def lookup(name: str | None) -> Sku | None:
     return None
 
 
-def matmul_figure(name: str | None, dtype: str) -> Figure | None:
+def site_model(name: str | None, config: Any = None) -> Any:
+    """The first ``[[gpu_models]]`` entry of the configuration whose ``match`` hits the device name, or None."""
+    if not name or not isinstance(name, str):
+        return None
+    for model in getattr(config, "gpu_models", None) or ():
+        if re.search(model.match, name, re.IGNORECASE):
+            return model
+    return None
+
+
+def _site_figure(value: float, model: Any, config: Any) -> Figure:
+    return Figure(float(value), SITE, f"config file {config.path or '(none)'}: gpu_models {model.name!r}")
+
+
+def matmul_figure(name: str | None, dtype: str, config: Any = None) -> Figure | None:
+    """The achievable matmul TFLOP/s for a device: the site's figure first, then the built-in table."""
+    model = site_model(name, config)
+    if model is not None and model.matmul_tflops.get(dtype) is not None:
+        return _site_figure(model.matmul_tflops[dtype], model, config)
     sku = lookup(name)
     return sku.matmul.get(dtype) if sku else None
 
 
-def copy_figure(name: str | None) -> Figure | None:
+def copy_figure(name: str | None, config: Any = None) -> Figure | None:
+    """The achievable device copy GB/s for a device: the site's figure first, then the built-in table."""
+    model = site_model(name, config)
+    if model is not None and model.copy_gbs is not None:
+        return _site_figure(model.copy_gbs, model, config)
     sku = lookup(name)
     return sku.copy_gbs if sku else None

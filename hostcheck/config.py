@@ -1,0 +1,397 @@
+"""The one configuration file (TOML): /etc/gpunode/hostcheck.toml or ``--config PATH``.
+
+It holds what a site tunes: the profile, thresholds, the XID policy, per-check selection, the GPU count and
+per-GPU-model figures, Slurm and Prometheus settings. gpunode_health writes it from the inventory, so
+provisioning intent and health thresholds come from one place. Command-line options win over the file.
+
+A bad file is a :class:`ConfigError` naming the file, the key and the reason (``hostcheck`` exits 2 with
+it), never a traceback. This module imports nothing of hostcheck but its data files: the gatherers and the
+checks read the frozen :class:`Config` from ``snapshot.options.config``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PATH = "/etc/gpunode/hostcheck.toml"
+XID_DATA = Path(__file__).resolve().parent / "data" / "xid.json"
+PROFILE_NAMES = ("passive", "prolog", "epilog", "full", "burnin")
+FAIL_LEVELS = ("warn", "fail", "none")
+DTYPES = ("bf16", "fp16", "tf32", "fp32")
+XID_ACTIONS = ("fail", "warn", "ignore")
+#: Longest Slurm drain reason we write: it stays readable in ``sinfo -R`` and node-problem-detector's
+#: 80-character message limit.
+REASON_MAX = 80
+
+
+class ConfigError(ValueError):
+    """A bad configuration file: ``str()`` is one line with the file, the key and the reason."""
+
+    def __init__(self, path: str, key: str, reason: str) -> None:
+        self.path, self.key, self.reason = path, key, reason
+        where = f"{path}: {key}: " if key else f"{path}: "
+        super().__init__(where + reason)
+
+
+@dataclass(frozen=True)
+class XidPolicy:
+    """What an XID in the kernel log means for the verdict: fail, warn or ignore; unlisted ones get
+    ``unlisted``. Only events within the last ``window_hours`` count."""
+
+    fail: frozenset[int] = frozenset()
+    warn: frozenset[int] = frozenset()
+    ignore: frozenset[int] = frozenset()
+    unlisted: str = "warn"
+    window_hours: float = 2.0
+    #: XID -> (meaning, public source), from hostcheck/data/xid.json.
+    meaning: dict[int, tuple[str, str]] = field(default_factory=dict, compare=False)
+
+    def action(self, xid: int) -> str:
+        if xid in self.ignore:
+            return "ignore"
+        if xid in self.fail:
+            return "fail"
+        if xid in self.warn:
+            return "warn"
+        return self.unlisted
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    gpu_temp_warn_c: float = 80.0
+    #: Meta GCM's critical GPU temperature (facebookresearch/gcm health checks).
+    gpu_temp_fail_c: float = 84.0
+    #: NVIDIA's RMA guidance for page retirement: 60 or more retired pages (NVIDIA GPU memory error management).
+    retired_pages_fail: int = 60
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A site's expected figures for a GPU model: ``match`` is a regular expression on the device name
+    (case-insensitive); matmul figures in TFLOP/s per dtype, device copy in GB/s (read + write)."""
+
+    match: str
+    name: str
+    matmul_tflops: dict[str, float] = field(default_factory=dict)
+    copy_gbs: float | None = None
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    #: Drain this node through scontrol when it is not ready, resume it when it is (only our own drains).
+    drain: bool = False
+    #: The Slurm node name (default: $SLURMD_NODENAME, else the short host name).
+    node: str = ""
+    reason_prefix: str = "hostcheck"
+    scontrol: str = "scontrol"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str | None = None
+    profile: str | None = None
+    expect_gpus: int | None = None
+    fail_level: str | None = None
+    min_score: int | None = None
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    xid: XidPolicy = field(default_factory=lambda: default_xid_policy())
+    gpu_models: tuple[GpuModel, ...] = ()
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    prometheus: str | None = None
+
+
+_DEFAULT_XID: XidPolicy | None = None
+
+
+def default_xid_policy() -> XidPolicy:
+    """The shipped XID policy (hostcheck/data/xid.json: every row with its public source)."""
+    global _DEFAULT_XID
+    if _DEFAULT_XID is None:
+        _DEFAULT_XID = _xid_from_data(XID_DATA)
+    return _DEFAULT_XID
+
+
+def _xid_from_data(path: Path) -> XidPolicy:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return XidPolicy()
+    sets: dict[str, set[int]] = {a: set() for a in XID_ACTIONS}
+    meaning: dict[int, tuple[str, str]] = {}
+    for row in data.get("xids", []):
+        sets[row["action"]].add(int(row["xid"]))
+        meaning[int(row["xid"])] = (row.get("meaning", ""), row.get("source", ""))
+    return XidPolicy(
+        fail=frozenset(sets["fail"]),
+        warn=frozenset(sets["warn"]),
+        ignore=frozenset(sets["ignore"]),
+        unlisted=data.get("unlisted", "warn"),
+        window_hours=float(data.get("window_hours", 2.0)),
+        meaning=meaning,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def load(path: str | None, explicit: bool) -> Config:
+    """The configuration at ``path`` (``--config``), or the default file when it exists.
+
+    ``explicit``: the user named the file, so a missing one is an error; the default path may be absent.
+    """
+    path = path or DEFAULT_PATH
+    if not explicit and not os.path.lexists(path):
+        return Config()
+    try:
+        raw = _read(path)
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read it ({exc.strerror or exc})") from None
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.9/3.10
+        raise ConfigError(path, "", "reading TOML needs Python 3.11 or later (tomllib)") from None
+    try:
+        doc = tomllib.loads(raw)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, "", f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(path, "", "not valid TOML: nested too deeply") from None
+    return parse(doc, path)
+
+
+def _read(path: str, limit: int = 1 << 20) -> str:
+    """At most ``limit`` bytes of a regular file, without blocking on a FIFO or a device."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        import stat
+
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "not a regular file")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(0, f"larger than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OSError(0, "not UTF-8 text") from None
+
+
+class _Table:
+    """One TOML table being read: every key taken is remembered, leftovers are unknown keys."""
+
+    def __init__(self, path: str, prefix: str, value: Any) -> None:
+        if not isinstance(value, dict):
+            raise ConfigError(path, prefix, f"must be a table, not {_kind(value)}")
+        self.path, self.prefix, self.value, self.taken = path, prefix, value, set()
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def get(self, name: str, kinds: tuple[type, ...], what: str) -> Any:
+        self.taken.add(name)
+        if name not in self.value:
+            return None
+        v = self.value[name]
+        if (isinstance(v, bool) and bool not in kinds) or not isinstance(v, kinds):
+            raise ConfigError(self.path, self.key(name), f"must be {what}, not {_kind(v)}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(self.path, self.key(name), f"must be {what}, not {v}")
+        return v
+
+    def number(self, name: str, lo: float, hi: float) -> float | None:
+        v = self.get(name, (int, float), "a number")
+        if v is not None and not lo <= v <= hi:
+            raise ConfigError(self.path, self.key(name), f"must be from {lo:g} to {hi:g}, not {v}")
+        return None if v is None else float(v)
+
+    def integer(self, name: str, lo: int, hi: int) -> int | None:
+        v = self.get(name, (int,), "an integer")
+        if v is not None and not lo <= v <= hi:
+            raise ConfigError(self.path, self.key(name), f"must be from {lo} to {hi}, not {v}")
+        return v
+
+    def string(self, name: str, choices: tuple[str, ...] | None = None) -> str | None:
+        v = self.get(name, (str,), "a string")
+        if v is not None and choices is not None and v not in choices:
+            raise ConfigError(self.path, self.key(name), f"must be one of {', '.join(choices)}, not {v!r}")
+        if v is not None and ("\x00" in v or "\n" in v):
+            raise ConfigError(self.path, self.key(name), "must be one line of text")
+        return v
+
+    def strings(self, name: str) -> tuple[str, ...]:
+        v = self.get(name, (list,), "a list of strings")
+        if v is None:
+            return ()
+        if not all(isinstance(x, str) for x in v):
+            raise ConfigError(self.path, self.key(name), "must be a list of strings")
+        return tuple(v)
+
+    def ints(self, name: str, lo: int, hi: int) -> frozenset[int] | None:
+        v = self.get(name, (list,), "a list of integers")
+        if v is None:
+            return None
+        bad = [x for x in v if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi]
+        if bad:
+            raise ConfigError(
+                self.path, self.key(name), f"must be a list of integers {lo}-{hi}, not {bad[0]!r}"
+            )
+        return frozenset(v)
+
+    def table(self, name: str) -> _Table | None:
+        self.taken.add(name)
+        if name not in self.value:
+            return None
+        return _Table(self.path, self.key(name), self.value[name])
+
+    def done(self) -> None:
+        unknown = sorted(set(self.value) - self.taken)
+        if unknown:
+            raise ConfigError(self.path, self.key(unknown[0]), "unknown key")
+
+
+def _kind(v: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list"}.get(
+        type(v), "a table" if isinstance(v, dict) else type(v).__name__
+    )
+
+
+def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
+    """A parsed TOML document as a Config; every key is checked, unknown keys are errors."""
+    top = _Table(path, "", doc)
+    profile = top.string("profile", PROFILE_NAMES)
+    expect_gpus = top.integer("expect_gpus", 0, 1024)
+    fail_level = top.string("fail_level", FAIL_LEVELS)
+    min_score = top.integer("min_score", 0, 100)
+
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    checks = top.table("checks")
+    if checks is not None:
+        only, skip = checks.strings("only"), checks.strings("skip")
+        checks.done()
+
+    thresholds = Thresholds()
+    t = top.table("thresholds")
+    if t is not None:
+        warn_c = t.number("gpu_temp_warn_c", 0, 150)
+        fail_c = t.number("gpu_temp_fail_c", 0, 150)
+        pages = t.integer("retired_pages_fail", 1, 100000)
+        t.done()
+        thresholds = Thresholds(
+            gpu_temp_warn_c=thresholds.gpu_temp_warn_c if warn_c is None else warn_c,
+            gpu_temp_fail_c=thresholds.gpu_temp_fail_c if fail_c is None else fail_c,
+            retired_pages_fail=thresholds.retired_pages_fail if pages is None else pages,
+        )
+        if thresholds.gpu_temp_warn_c > thresholds.gpu_temp_fail_c:
+            raise ConfigError(path, "thresholds.gpu_temp_warn_c", "must not be above gpu_temp_fail_c")
+
+    xid = _xid(top.table("xid"), path)
+    models = _models(top, path)
+
+    slurm = SlurmSettings()
+    s = top.table("slurm")
+    if s is not None:
+        drain = s.get("drain", (bool,), "true or false")
+        node = s.string("node")
+        prefix = s.string("reason_prefix")
+        scontrol = s.string("scontrol")
+        s.done()
+        if node is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", node):
+            raise ConfigError(path, "slurm.node", f"not a Slurm node name: {node!r}")
+        if prefix is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,23}", prefix):
+            raise ConfigError(path, "slurm.reason_prefix", "1-24 letters, digits, '.', '_' or '-'")
+        if scontrol is not None and not scontrol.strip():
+            raise ConfigError(path, "slurm.scontrol", "must not be empty")
+        slurm = SlurmSettings(
+            drain=bool(drain),
+            node=node or "",
+            reason_prefix=prefix or slurm.reason_prefix,
+            scontrol=scontrol or slurm.scontrol,
+        )
+
+    prometheus = None
+    p = top.table("prometheus")
+    if p is not None:
+        prometheus = p.string("textfile")
+        p.done()
+        if prometheus is not None and not prometheus.startswith("/"):
+            raise ConfigError(path, "prometheus.textfile", "must be an absolute path")
+    top.done()
+    return Config(
+        path=path,
+        profile=profile,
+        expect_gpus=expect_gpus,
+        fail_level=fail_level,
+        min_score=min_score,
+        only=only,
+        skip=skip,
+        thresholds=thresholds,
+        xid=xid,
+        gpu_models=models,
+        slurm=slurm,
+        prometheus=prometheus,
+    )
+
+
+def _xid(t: _Table | None, path: str) -> XidPolicy:
+    base = default_xid_policy()
+    if t is None:
+        return base
+    lists = {a: t.ints(a, 0, 100000) for a in XID_ACTIONS}
+    unlisted = t.string("unlisted", XID_ACTIONS)
+    window = t.number("window_hours", 0.01, 24 * 30)
+    t.done()
+    for a in XID_ACTIONS:
+        for b in XID_ACTIONS:
+            if a < b and lists[a] and lists[b] and lists[a] & lists[b]:
+                both = sorted(lists[a] & lists[b])[0]
+                raise ConfigError(path, f"xid.{b}", f"Xid {both} is also in xid.{a}")
+    # A site's list replaces nothing else: an XID it names moves to that action, the rest keep the defaults.
+    named = set().union(*(v for v in lists.values() if v))
+    sets = {a: (getattr(base, a) - named) | (lists[a] or frozenset()) for a in XID_ACTIONS}
+    return XidPolicy(
+        fail=frozenset(sets["fail"]),
+        warn=frozenset(sets["warn"]),
+        ignore=frozenset(sets["ignore"]),
+        unlisted=unlisted or base.unlisted,
+        window_hours=base.window_hours if window is None else window,
+        meaning=base.meaning,
+    )
+
+
+def _models(top: _Table, path: str) -> tuple[GpuModel, ...]:
+    raw = top.get("gpu_models", (list,), "an array of tables ([[gpu_models]])")
+    out = []
+    for i, item in enumerate(raw or []):
+        m = _Table(path, f"gpu_models[{i}]", item)
+        match = m.string("match")
+        name = m.string("name")
+        figures = {d: m.number(f"{d}_tflops", 0.001, 100000) for d in DTYPES}
+        copy = m.number("copy_gbs", 0.001, 1000000)
+        m.done()
+        if not match:
+            raise ConfigError(path, m.key("match"), "is required (a regular expression on the GPU name)")
+        try:
+            re.compile(match)
+        except re.error as exc:
+            raise ConfigError(path, m.key("match"), f"not a regular expression: {exc}") from None
+        out.append(
+            GpuModel(
+                match=match,
+                name=name or match,
+                matmul_tflops={d: v for d, v in figures.items() if v is not None},
+                copy_gbs=copy,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,59 @@
+"""Is the node busy? Another process on a GPU, or a Slurm job on the node, means no workload run.
+
+A GPU job beside someone else's training would measure their contention as a slow GPU, and would slow them
+down. The answer comes from what is already gathered (NVML's process lists) and /proc (a Slurm job step runs
+under a ``slurmstepd: [JOBID.STEP]`` process on its node), so asking costs no GPU call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+_STEPD = re.compile(rb"^slurmstepd: \[(\d+)(?:[._]\S*)?\]")
+
+
+def gpu_holders(nvml: Any) -> list[str]:
+    """``GPU 3: python[1234]`` for every process NVML lists on a GPU (none when NVML was not read)."""
+    out = []
+    for g in getattr(nvml, "gpus", ()) or ():
+        procs = getattr(g, "processes", ())
+        if not isinstance(procs, (tuple, list)):
+            continue  # an Unavailable process list: nothing known
+        out += [f"GPU {g.index}: {p.name}[{p.pid}]" for p in procs if p.pid != os.getpid()]
+    return out
+
+
+def slurm_jobs(proc_root: str = "/proc", own_job: str | None = None) -> list[str]:
+    """Job ids with a slurmstepd on this node, but ``own_job`` (the job whose prolog runs us)."""
+    jobs: set[str] = set()
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return []
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as f:
+                cmd = f.read(256)
+        except OSError:
+            continue
+        m = _STEPD.match(cmd)
+        if m and m.group(1).decode() != own_job:
+            jobs.add(m.group(1).decode())
+    return sorted(jobs, key=int)
+
+
+def busy_reason(nvml: Any, proc_root: str = "/proc", environ: dict | None = None) -> str | None:
+    """Why the workload must not run now, or None."""
+    env = os.environ if environ is None else environ
+    holders = gpu_holders(nvml)
+    if holders:
+        more = f" (+{len(holders) - 2} more)" if len(holders) > 2 else ""
+        return f"a GPU is in use: {', '.join(holders[:2])}{more}"
+    jobs = slurm_jobs(proc_root, env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
+    if jobs:
+        return f"Slurm job{'s' if len(jobs) > 1 else ''} {', '.join(jobs[:3])} running on this node"
+    return None
