@@ -32,6 +32,10 @@ def test_one_version_for_collection_wheel_and_changelog():
         f"galaxy.yml {GALAXY['version']}, hostcheck/__init__.py {hostcheck.__version__}, "
         f"CHANGELOG.md {newest.group(1)}: bump them together"
     )
+    base_vars = yaml.safe_load((ROOT / "roles" / "gpunode_base" / "vars" / "main.yml").read_text())
+    assert base_vars["__gpunode_base_fact"]["roles_version"] == GALAXY["version"], (
+        "gpunode.fact's roles_version"
+    )
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "hostcheck.__version__"}' in pyproject
 
