@@ -53,5 +53,16 @@ newest_file() {
   [ -z "$best" ] || printf '%s\n' "$best"
 }
 
+# build_hostcheck_wheel DIR: the hostcheck wheel into DIR, without an index (the running Python's setuptools
+# builds it) and from a copy of the sources, so the checkout gets no build/ or egg-info.
+build_hostcheck_wheel() {
+  local src
+  src=$(mktemp -d)
+  cp -R "$GPUNODE_ROOT/pyproject.toml" "$GPUNODE_ROOT/README.md" "$GPUNODE_ROOT/hostcheck" "$src/"
+  PIP_NO_INDEX=1 python -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$1" "$src" ||
+    { rm -rf "$src"; return 1; }
+  rm -rf "$src"
+}
+
 # molecule and ansible-lint call ansible-config and friends by name.
 export PATH="$GPUNODE_VENV/bin:$PATH"

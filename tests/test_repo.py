@@ -93,7 +93,12 @@ def _dependencies(role: Path) -> list[str]:
 def test_gpunode_wide_variables_are_defined_once_in_gpunode_common():
     common = ROOT / "roles" / COMMON
     shared = set(yaml.safe_load((common / "defaults" / "main.yml").read_text()))
-    assert shared == {"gpunode_venv_path", "gpunode_platform_overrides"}
+    assert shared == {
+        "gpunode_venv_path",
+        "gpunode_platform_overrides",
+        "gpunode_wheelhouse",
+        "gpunode_wheelhouse_node_dir",
+    }
     assert not (common / "tasks").exists(), f"{COMMON} holds defaults and their specification only"
     for role in ROLES:
         if role.name == COMMON:

@@ -22,7 +22,7 @@ from hostcheck.registry import Check, Outcome, Result, Status, passed, run_check
 from hostcheck.score import score, verdict
 
 SCHEMA = os.path.join(
-    os.path.dirname(__file__), "..", "..", "docs", "samples", "hostcheck-report.schema.json"
+    os.path.dirname(__file__), "..", "..", "hostcheck", "data", "hostcheck-report.schema.json"
 )
 
 

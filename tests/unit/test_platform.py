@@ -315,7 +315,7 @@ def test_index_for_a_volta_and_a_new_driver():
 
 
 def test_the_roles_filter_is_this_module():
-    path = ROOT / "roles" / "gpunode_base" / "filter_plugins" / "gpunode_platform.py"
+    path = ROOT / "plugins" / "filter" / "gpunode_platform.py"
     spec = importlib.util.spec_from_file_location("gpunode_platform_filter", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

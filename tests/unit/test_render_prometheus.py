@@ -37,7 +37,7 @@ from hostcheck.report import GpuRecord, Report, gpu_records, nvml_bus_id
 from hostcheck.score import verdict
 
 CHECKS_DIR = Path(__file__).resolve().parents[2] / "hostcheck" / "checks"
-SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "samples" / "hostcheck-report.schema.json"
+SCHEMA = Path(__file__).resolve().parents[2] / "hostcheck" / "data" / "hostcheck-report.schema.json"
 WHEN = "2026-11-23T03:00:00Z"
 WHEN_EPOCH = datetime(2026, 11, 23, 3, tzinfo=timezone.utc).timestamp()
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id"}

@@ -1,4 +1,4 @@
-"""Unit tests of gpunode_cuda's package logic (roles/gpunode_cuda/filter_plugins/cuda_packages.py)."""
+"""Unit tests of gpunode_cuda's package logic (plugins/filter/cuda_packages.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "roles" / "gpunode_cuda" / "filter_plugins" / "cuda_packages.py"
+_PATH = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "cuda_packages.py"
 _spec = importlib.util.spec_from_file_location("gpunode_cuda_packages", _PATH)
 cp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cp)

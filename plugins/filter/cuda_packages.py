@@ -76,7 +76,7 @@ def wheel_suffix(cuda_version) -> str:
 
 
 class FilterModule:
-    """gpunode_cuda filters."""
+    """gpunode.node.gpunode_* package filters (used by gpunode_cuda)."""
 
     def filters(self):
         return {

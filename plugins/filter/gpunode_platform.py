@@ -1,7 +1,8 @@
 """gpunode's platform decision for the roles: a thin wrapper around hostcheck/platform.py.
 
 The facts (hostcheck/data/platform.json) and the logic live once, in hostcheck, so the roles and
-hostcheck's checks and fix hints read the same rows. Loaded by path: the roles need no installed hostcheck.
+hostcheck's checks and fix hints read the same rows. Loaded by path from the collection's root (this
+repository, or the installed collection, which carries hostcheck/): the controller needs no installed hostcheck.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[3] / "hostcheck" / "platform.py"
+_PATH = Path(__file__).resolve().parents[2] / "hostcheck" / "platform.py"
 _spec = importlib.util.spec_from_file_location("gpunode_platform_logic", _PATH)
 platform = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(platform)
@@ -30,7 +31,7 @@ def node_plan(inputs, overrides=None, enforce_os=True):
 
 
 class FilterModule:
-    """gpunode_base filters."""
+    """gpunode.node.gpunode_node_plan, gpunode.node.gpunode_driver_satisfies (used by gpunode_base)."""
 
     def filters(self):
         return {

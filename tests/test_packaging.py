@@ -1,0 +1,177 @@
+"""The two artifacts: the collection gpunode.node (galaxy.yml) and the wheel gpunode-hostcheck (pyproject.toml).
+
+One version for both, the collections the roles use pinned and declared, and each artifact built and opened the
+way a site gets it: without an index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+import hostcheck
+
+ROOT = Path(__file__).resolve().parents[1]
+GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+SCHEMA = ROOT / "hostcheck" / "data" / "hostcheck-report.schema.json"
+
+
+def test_one_version_for_collection_wheel_and_changelog():
+    newest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert newest, "CHANGELOG.md has no '## <version>' entry"
+    assert GALAXY["version"] == hostcheck.__version__ == newest.group(1), (
+        f"galaxy.yml {GALAXY['version']}, hostcheck/__init__.py {hostcheck.__version__}, "
+        f"CHANGELOG.md {newest.group(1)}: bump them together"
+    )
+    base_vars = yaml.safe_load((ROOT / "roles" / "gpunode_base" / "vars" / "main.yml").read_text())
+    assert base_vars["__gpunode_base_fact"]["roles_version"] == GALAXY["version"], (
+        "gpunode.fact's roles_version"
+    )
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "hostcheck.__version__"}' in pyproject
+
+
+def _shipped_collections() -> dict[str, str]:
+    """name -> version of the collections the installed `ansible` package ships (their MANIFEST.json)."""
+    ansible = pytest.importorskip("ansible")
+    base = Path(ansible.__file__).resolve().parents[1] / "ansible_collections"
+    if not base.is_dir():
+        pytest.skip("the `ansible` package (with its collections) is not installed")
+    out = {}
+    for manifest in base.glob("*/*/MANIFEST.json"):
+        info = json.loads(manifest.read_text())["collection_info"]
+        out[f"{info['namespace']}.{info['name']}"] = info["version"]
+    return out
+
+
+def _used_collections() -> set[str]:
+    """Collections named by a module, callback or connection in the roles, playbooks, molecule and ansible.cfg."""
+    files = [ROOT / "ansible.cfg", *ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml")]
+    files += [*ROOT.glob("molecule/**/*.yml"), *ROOT.glob("inventory/**/*.yml")]
+    found = set()
+    for f in files:
+        found |= set(re.findall(r"\b(ansible\.posix|community\.\w+|containers\.\w+)\.\w+", f.read_text()))
+    return found
+
+
+def test_requirements_pin_what_the_ansible_package_ships_and_galaxy_declares():
+    shipped = _shipped_collections()
+    pins = {
+        c["name"]: c["version"]
+        for c in yaml.safe_load((ROOT / "requirements.yml").read_text())["collections"]
+    }
+    assert _used_collections() <= set(pins), f"used but not pinned: {_used_collections() - set(pins)}"
+    assert {name: shipped.get(name) for name in pins} == pins, "requirements.yml must pin the versions tested"
+    version_of = pytest.importorskip("packaging.version").Version
+
+    # What the roles call at run time is declared; containers.podman is for tests and the demo only.
+    runtime = {n for n in _used_collections() if not n.startswith("containers.")}
+    assert set(GALAXY["dependencies"]) == runtime
+    for name, spec in GALAXY["dependencies"].items():
+        for clause in spec.split(","):
+            op, version = re.match(r"\s*(>=|<)\s*(\S+)", clause).groups()
+            ok = version_of(pins[name]) >= version_of(version)
+            assert ok if op == ">=" else not ok, f"galaxy.yml {name} {spec} excludes the tested {pins[name]}"
+
+
+def test_the_galaxy_ignore_list_keeps_the_checkout_symlink_out():
+    assert (ROOT / "collections" / "ansible_collections" / "gpunode" / "node").resolve() == ROOT
+    assert "collections" in GALAXY["build_ignore"], "the symlink back to the root would nest the collection"
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory) -> Path:
+    """The collection as ansible-galaxy builds it, unpacked."""
+    galaxy = shutil.which("ansible-galaxy") or str(Path(sys.executable).with_name("ansible-galaxy"))
+    if not Path(galaxy).exists():
+        pytest.skip("ansible-galaxy is not installed")
+    out = tmp_path_factory.mktemp("collection")
+    subprocess.run(
+        [galaxy, "collection", "build", "--output-path", str(out), str(ROOT)], check=True, capture_output=True
+    )
+    tarball = out / f"gpunode-node-{GALAXY['version']}.tar.gz"
+    with tarfile.open(tarball) as tar:
+        if sys.version_info >= (3, 12):
+            tar.extractall(out / "node", filter="data")
+        else:
+            tar.extractall(out / "node")
+    return out / "node"
+
+
+def test_the_collection_carries_what_runs_and_nothing_of_the_tests(collection: Path):
+    manifest = json.loads((collection / "MANIFEST.json").read_text())["collection_info"]
+    assert (manifest["namespace"], manifest["name"], manifest["version"]) == (
+        "gpunode",
+        "node",
+        hostcheck.__version__,
+    )
+    for needed in (
+        "meta/runtime.yml",
+        "playbooks/site.yml",
+        "playbooks/hostcheck.yml",
+        "plugins/filter/gpunode_platform.py",
+        "plugins/filter/cuda_packages.py",
+        "roles/gpunode_tuning/meta/argument_specs.yml",
+        # The platform filter loads these by path; playbooks/hostcheck.yml can build the wheel from them.
+        "hostcheck/platform.py",
+        "hostcheck/data/platform.json",
+        "pyproject.toml",
+        "CHANGELOG.md",
+    ):
+        assert (collection / needed).is_file(), f"{needed} is missing from the collection"
+    for left_out in ("tests", "molecule", "collections", "scripts", ".venv", "reports", "ansible.cfg"):
+        assert not (collection / left_out).exists(), f"{left_out} is in the collection"
+    assert not list(collection.rglob("__pycache__"))
+
+
+def test_the_collection_filter_finds_hostcheck_platform_inside_the_collection(collection: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "installed_filter", collection / "plugins/filter/gpunode_platform.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert Path(mod._PATH).resolve() == (collection / "hostcheck" / "platform.py").resolve()
+    assert "gpunode_node_plan" in mod.FilterModule().filters()
+
+
+def test_the_wheel_builds_and_installs_without_an_index(tmp_path: Path):
+    """pip wheel --no-build-isolation (setuptools from this venv), pip install --no-index into an empty venv:
+    the version and the packaged JSON Schema are the repository's."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "hostcheck", src / "hostcheck", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip_wheel, "-w", str(tmp_path / "dist"), str(src)], check=True, env=env)
+    (wheel,) = (tmp_path / "dist").glob("gpunode_hostcheck-*.whl")
+    assert wheel.name.startswith(f"gpunode_hostcheck-{hostcheck.__version__}-py3-none-any")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [venv / "bin/python", "-m", "pip", "install", "-q", "--no-index", str(wheel)], check=True, env=env
+    )
+    out = subprocess.run(
+        [venv / "bin/hostcheck", "--version"], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.split() == ["hostcheck", GALAXY["version"]]
+    read = (
+        "import json, importlib.resources as r; "
+        "print(json.dumps(json.loads((r.files('hostcheck') / 'data' / 'hostcheck-report.schema.json').read_text())))"
+    )
+    out = subprocess.run(
+        [venv / "bin/python", "-c", read], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert json.loads(out.stdout) == json.loads(SCHEMA.read_text())
