@@ -383,7 +383,9 @@ def test_the_repo_cites_facts_not_notes_outside_it_or_issue_numbers():
     files = subprocess.run(
         ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
-    outside = re.compile(r"NOTES\.md|FIELD\.md|STYLE\.md|/work/shared|\.\./shared/(?!el_repo|prepare_node|wheel_cache)")
+    outside = re.compile(
+        r"NOTES\.md|FIELD\.md|STYLE\.md|/work/shared|\.\./shared/(?!el_repo|prepare_node|wheel_cache)"
+    )
     issue = re.compile(r"\b[Ii]ssues? #?\d+\b|\(#\d+\)")
     this = Path(__file__).resolve()
     bad = []
