@@ -100,6 +100,28 @@ def _broken(where):
         sys.stderr.write(f"hostcheck job hook: stopped recording ({where}: {sys.exc_info()[1]!r})\n")
 
 
+def _signalled(exc):
+    """Whether ``exc`` was raised by a Python signal handler that ran while our code did (torch's SIGCHLD
+    handler raises "DataLoader worker ... exited unexpectedly" wherever the main thread is): it is the job's,
+    not ours, and must go on up as it would have without the hook."""
+    try:
+        import signal
+
+        codes = set()
+        for sig in signal.valid_signals():
+            code = getattr(signal.getsignal(sig), "__code__", None)
+            if code is not None:
+                codes.add(code)
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                return True
+            tb = tb.tb_next
+    except Exception:
+        pass
+    return False
+
+
 def _proc_record():
     env = os.environ
     rec = {
@@ -175,7 +197,9 @@ def flush(final=False):
         _S.pending = []
         _S.file.write(lines)
         _S.file.flush()
-    except Exception:
+    except Exception as exc:
+        if _signalled(exc):
+            raise
         _broken("writing records")
 
 
@@ -275,18 +299,24 @@ def _wrap_next_data(orig):
         except StopIteration:
             try:
                 _epoch_end(self, _clock())
-            except Exception:
+            except Exception as exc:
+                if _signalled(exc):
+                    raise
                 _broken("epoch end")
             raise
         except Exception as exc:
             try:
                 _batch_error(self, start, exc)
-            except Exception:
+            except Exception as err:
+                if _signalled(err):
+                    raise
                 _broken("batch error")
             raise
         try:
             _batch(self, start, _clock())
-        except Exception:
+        except Exception as exc:
+            if _signalled(exc):
+                raise
             _broken("batch")
         return data
 
@@ -309,8 +339,9 @@ def _wrap_get_iterator(orig):
             if ctx is not None:
                 settings["mp_context"] = ctx if isinstance(ctx, str) else type(ctx).__name__
             it.__dict__["_hostcheck_job_loader"] = settings
-        except Exception:
-            pass  # the settings are a nicety; the batch times do not need them
+        except Exception as exc:  # the settings are a nicety; the batch times do not need them
+            if _signalled(exc):
+                raise
         return it
 
     _get_iterator.__wrapped__ = orig
@@ -342,7 +373,9 @@ def _after_step(optimizer, args, kwargs):
             _S.last_ddp = now
             _read_ddp()
         _maybe_flush(now)
-    except Exception:
+    except Exception as exc:
+        if _signalled(exc):
+            raise
         _broken("optimizer step")
 
 
@@ -388,8 +421,9 @@ def _wrap_autocast_enter(orig):
                     "dtype": str(getattr(self, "fast_dtype", "")),
                     "enabled": bool(getattr(self, "_enabled", True)),
                 }
-        except Exception:
-            pass
+        except Exception as exc:
+            if _signalled(exc):
+                raise
         return orig(self)
 
     __enter__.__wrapped__ = orig
@@ -415,8 +449,9 @@ def _wrap_collective(name, orig):
                     c = _S.coll[name] = [0, 0.0]
                 c[0] += 1
                 c[1] += _clock() - t0
-            except Exception:
-                pass
+            except Exception as exc:
+                if _signalled(exc):
+                    raise
 
     collective.__wrapped__ = orig
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
@@ -441,8 +476,9 @@ def _wrap_ddp_init(orig):
             import weakref
 
             _S.ddp.append(weakref.ref(self))
-        except Exception:
-            pass
+        except Exception as exc:
+            if _signalled(exc):
+                raise
 
     __init__.__wrapped__ = orig
     return __init__
@@ -481,15 +517,17 @@ def _final_record():
     try:
         if _S.ddp:
             _read_ddp()
-    except Exception:
-        pass
+    except Exception as exc:
+        if _signalled(exc):
+            raise
     rec["ddp"] = list(_S.ddp_data.values())
     torch = sys.modules.get("torch")
     try:
         rec["threads"] = torch.get_num_threads() if torch is not None else None
         rec["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark) if torch is not None else None
-    except Exception:
-        pass
+    except Exception as exc:
+        if _signalled(exc):
+            raise
     pil = sys.modules.get("PIL")
     if pil is not None:
         version = str(getattr(pil, "__version__", ""))
@@ -509,8 +547,9 @@ def _wrap_excepthook(previous):
         try:
             if os.getpid() == _S.pid and value is not None:
                 _S.error = _describe(value)
-        except Exception:
-            pass
+        except Exception as exc:
+            if _signalled(exc):
+                raise
         return previous(kind, value, tb)
 
     return excepthook
@@ -557,7 +596,9 @@ def _apply(name):
     _done.add(name)
     try:
         PATCHES[name](module)
-    except Exception:
+    except Exception as exc:
+        if _signalled(exc):
+            raise
         _broken(f"patching {name}")
 
 
@@ -590,7 +631,9 @@ class _Loader:
             if self._name == "torch":
                 _done_torch.add("torch")
             _on_import(self._name)
-        except Exception:
+        except Exception as exc:
+            if _signalled(exc):
+                raise
             _broken("after import")
 
     def __getattr__(self, name):
