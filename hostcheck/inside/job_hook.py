@@ -37,6 +37,8 @@ FLUSH_S = 1.0
 MAX_ITERS = 256
 #: Batches recorded one by one per process; past this only their count and sums are kept.
 DETAIL_CAP = 500_000
+#: Optimizer steps after which DDP's timers are read at every step (then once a second).
+DDP_EARLY_STEPS = 12
 #: The collectives whose Python call is timed (blocking calls measure the wait; async ones only the launch).
 COLLECTIVES = (
     "all_reduce",
@@ -369,7 +371,8 @@ def _after_step(optimizer, args, kwargs):
         if _S.first_step is None:
             _S.first_step = now
             _S.pending.append(_model_record(optimizer, now))
-        if _S.ddp and now - _S.last_ddp >= FLUSH_S:
+        # DDP fills its timers in its first iterations, then every 100th: read them each step at first.
+        if _S.ddp and (_S.opt_steps <= DDP_EARLY_STEPS or now - _S.last_ddp >= FLUSH_S):
             _S.last_ddp = now
             _read_ddp()
         _maybe_flush(now)

@@ -168,3 +168,22 @@ def test_the_hook_does_not_change_what_the_job_computes(runs):
     assert plain.returncode == 0, plain.stderr
     hooked = [ln for ln in runs["compute_bound"]["stdout"].splitlines() if ln.startswith("final loss ")]
     assert hooked == [ln for ln in plain.stdout.splitlines() if ln.startswith("final loss ")] != []
+
+
+def test_two_ddp_ranks_under_torchrun_are_each_seen_with_ddp_s_timers(tmp_path):
+    """torchrun starts each rank in a session of its own: both are observed, both report DDP's backward
+    communication timers (gloo on the CPU), and none outlives the run."""
+    mark = uuid.uuid4().hex
+    out = tmp_path / "ddp.json"
+    argv = [sys.executable, "-m", "hostcheck", "job", "-q", "--json", str(out), "--"]
+    argv += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += [str(JOBS / "ddp_gloo.py")]
+    env = {**os.environ, MARK: mark, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
+    assert all(r["batches"] == 24 and r["ddp"] for r in doc["ranks"])
+    assert doc["comm"]["share"] is not None and len(doc["comm"]["ddp"]) == 2
+    assert doc["verdict"]["kind"] in ("compute-bound", "communication-bound", "input-bound")
+    assert leftovers(mark) == []
