@@ -330,13 +330,19 @@ def _findings(a: Analysis, kind: str) -> list[Cause]:
     if threads:
         used = sum(threads) + workers
         if used > a.cores:
-            n = max(1, (a.cores - workers) // _ranks_n(a))
+            ranks = _ranks_n(a)
+            n = max(1, (a.cores - workers) // ranks)
+            if n < max(threads):
+                fix = fixes.THREADS.format(n=n) + " (OMP_NUM_THREADS in the training environment)"
+            else:  # one thread a rank already: the workers are what is too many
+                per_rank = max(1, (a.cores - sum(threads)) // ranks)
+                fix = f"DataLoader(num_workers={per_rank}) per rank, or a node with more cores per GPU"
             out.append(
                 Cause(
                     "oversubscribed",
-                    f"{_ranks_n(a)} rank(s) x {max(threads)} torch threads + {workers} DataLoader workers = {used} "
+                    f"{ranks} rank(s) x {max(threads)} torch threads + {workers} DataLoader workers = {used} "
                     f"busy threads on {a.cores} cores",
-                    fixes.THREADS.format(n=n) + " (OMP_NUM_THREADS in the training environment)",
+                    fix,
                 )
             )
     if a.gpu_used and any(r.loader and r.loader.get("pin_memory") is False for r in a.ranks):
