@@ -33,3 +33,11 @@ def duration(text: str) -> float:
     if not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r}: give seconds from 0 to {MAX_SECONDS:g}")
     return value
+
+
+def positive(text: str) -> float:
+    """A rate or size: finite and above 0."""
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number above 0")
+    return value

@@ -20,7 +20,7 @@ from typing import Any
 
 # The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
 from hostcheck import SCHEMA_VERSION, config, gather, slurm
-from hostcheck.argtypes import duration, seconds
+from hostcheck.argtypes import duration, positive, seconds
 from hostcheck.checks import all_checks
 from hostcheck.child.launch import kill_all, python_arg, reopen
 from hostcheck.gather.workload import DEFAULT_SECTIONS
@@ -122,6 +122,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     env.add_argument(
         "--timeout", type=seconds, default=30.0, metavar="S", help="per-check timeout (default 30)"
+    )
+    env.add_argument(
+        "--data-dir",
+        action="append",
+        metavar="DIR",
+        help="a dataset directory to judge (system.E005; repeatable; default: data_dirs in gpunode_tuning.fact)",
+    )
+    env.add_argument(
+        "--data-rate",
+        type=positive,
+        metavar="MB/S",
+        help="the read rate the input pipeline needs from each dataset directory (default: 270 MB/s per GPU)",
     )
     env.add_argument(
         "--torch-timeout",
@@ -298,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
         workload_device=args.workload_device,
         workload_sections=sections,
         workload_section_args=section_args,
+        data_dirs=tuple(args.data_dir or ()),
+        data_rate_mb_s=args.data_rate,
     )
     needs = set().union(*(c.needs for c in checks)) & set(gather.GATHERERS)
     when = now_iso()

@@ -57,8 +57,9 @@ def paths_error(flags: Sequence[tuple[str, str | None]]) -> str | None:
     return None
 
 
-def write_report(path: str, text: str) -> None:
-    """Write one report: in place to a character device or FIFO, else atomically (raises OSError)."""
+def write_report(path: str, text: str | bytes) -> None:
+    """Write one report (text, or bytes: a PNG): in place to a character device or FIFO, else atomically
+    (raises OSError)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -68,7 +69,7 @@ def write_report(path: str, text: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
         try:
             os.set_blocking(fd, True)
-            data = text.encode("utf-8")
+            data = text.encode("utf-8") if isinstance(text, str) else text
             while data:
                 data = data[os.write(fd, data) :]
         finally:
@@ -79,13 +80,13 @@ def write_report(path: str, text: str) -> None:
     write_atomic(path, text)
 
 
-def write_atomic(path: str, text: str) -> None:
+def write_atomic(path: str, text: str | bytes) -> None:
     """Replace ``path`` with ``text`` in one rename (mode 0644)."""
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".hostcheck.", suffix=".tmp", dir=d)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -29,7 +29,8 @@ class Profile:
         return check_needs <= self.needs
 
 
-ALL_NEEDS = PASSIVE_NEEDS | {"torch", "workload"}
+#: datapath reads the dataset directories for a few seconds: not in the read-only profiles.
+ALL_NEEDS = PASSIVE_NEEDS | {"torch", "workload", "datapath"}
 
 PROFILES: dict[str, Profile] = {
     p.name: p

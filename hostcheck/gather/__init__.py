@@ -10,6 +10,7 @@ from typing import Any, Callable
 from hostcheck.config import Config
 from hostcheck.gather.base import BUSY, CRASHED, TIMEOUT, Unavailable, read_text
 from hostcheck.gather.busy import busy_reason
+from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
 from hostcheck.gather.system import SystemSnapshot, gather_system
@@ -24,7 +25,7 @@ from hostcheck.gather.tuning import (
 from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
 from hostcheck.registry import call_with_timeout
 
-GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload")
+GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class Options:
     workload_sections: tuple[str, ...] = DEFAULT_SECTIONS
     #: Per-section arguments for the probes (sizes, durations), e.g. {"matmul": {"n": 8192}}.
     workload_section_args: dict[str, Any] | None = None
+    #: Dataset directories (--data-dir; else gpunode_tuning.data_dirs in the local fact) and the read rate they
+    #: must give in MB/s (--data-rate; else system.E005's default per GPU).
+    data_dirs: tuple[str, ...] = ()
+    data_rate_mb_s: float | None = None
     #: The run's deadline (time.monotonic()): every gatherer is cut off by then (hostcheck.profiles).
     deadline: float | None = None
     #: The configuration file's settings (thresholds, XID policy, GPU models) that checks read.
@@ -65,6 +70,8 @@ class Snapshot:
     tuning: TuningSnapshot | None = None
     #: The workload run (hostcheck.gather.workload), or why there is none.
     workload: WorkloadRun | Unavailable | None = None
+    #: The dataset directories' storage (hostcheck.gather.datapath).
+    datapath: DataPathSnapshot | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -175,6 +182,21 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             timings,
             options.deadline,
         )
+    if "datapath" in needs:
+        dirs, source = tuple(options.data_dirs), "--data-dir"
+        if not dirs:
+            dirs, source = tuple(facts.get("gpunode_tuning", "data_dirs") or ()), "gpunode_tuning.data_dirs"
+        # Measured beside whatever runs (the reads leave the page cache alone); a busy node is said, not skipped.
+        busy = busy_reason(results["nvml"]) if "nvml" in results else None
+        dp_opts = DataPathOptions(dirs=dirs, source=source if dirs else "", busy=busy)
+        results["datapath"] = _timed(
+            "datapath",
+            lambda: gather_datapath(dp_opts),
+            options.gather_timeout_s,
+            lambda u: DataPathSnapshot(source=dp_opts.source, error=u),
+            timings,
+            options.deadline,
+        )
     for t in threads:
         t.join()  # each is bounded by its own _timed timeout
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
@@ -189,6 +211,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         torch=results.get("torch"),
         tuning=results.get("tuning"),
         workload=results.get("workload"),
+        datapath=results.get("datapath"),
         timings=timings,
     )
 

@@ -62,6 +62,11 @@ def _texts(v: Any) -> str | None:
     return None if ok else "a list of strings"
 
 
+def _paths(v: Any) -> str | None:
+    ok = isinstance(v, list) and all(isinstance(x, str) and "\0" not in x and x.startswith("/") for x in v)
+    return None if ok else "a list of absolute paths"
+
+
 def _mapping(v: Any) -> str | None:
     return None if isinstance(v, dict) else "a JSON object"
 
@@ -88,6 +93,7 @@ SCHEMA: dict[str, dict[str, Callable[[Any], str | None]]] = {
         "pillow_simd_features": _texts,
         "cpu_governor": _text,
         "thp": _text,
+        "data_dirs": _paths,
     },
     "gpunode_pytorch": {"venv": _path, "torch": _version},
     "gpunode_cuda": {"venv": _path},

@@ -1,6 +1,7 @@
 """Per-GPU health through NVML (module ``pynvml`` from nvidia-ml-py), every call's failure kept as a value.
 
-``gather_nvml(nvml=...)`` takes the module as a parameter so tests pass a fake one.
+``gather_nvml(nvml=...)`` takes the module as a parameter so tests pass a fake one. :class:`NvmlSampler` reads
+the changing figures (utilisation, memory, PCIe throughput, power, clocks) again and again for ``hostcheck job``.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from hostcheck.gather.base import (
@@ -24,7 +26,16 @@ from hostcheck.gather.base import (
 from hostcheck.gather.gpuinfo import GpuInfo, GpuProcess, NvmlSnapshot, Val, as_text, normalise_bus_id
 from hostcheck.gather.smi import gather_smi
 
-__all__ = ["GpuInfo", "GpuProcess", "NvmlSnapshot", "gather_nvml", "normalise_bus_id", "nvml_unavailable"]
+__all__ = [
+    "GpuInfo",
+    "GpuProcess",
+    "GpuSample",
+    "NvmlSampler",
+    "NvmlSnapshot",
+    "gather_nvml",
+    "normalise_bus_id",
+    "nvml_unavailable",
+]
 
 # NVML return codes (nvml.h) -> (kind, words)
 _NVML_ERRORS = {
@@ -262,3 +273,99 @@ def _fabric(nvml: Any, h: Any) -> Val:
 
 def _bool(v: Val) -> Val:
     return v if isinstance(v, Unavailable) else bool(v)
+
+
+# nvmlPcieUtilCounter_t and nvmlClockType_t (nvml.h)
+PCIE_TX, PCIE_RX = 0, 1
+CLOCK_SM = 1
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment; None where NVML did not answer."""
+
+    index: int
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    pcie_tx_kbs: int | None = None
+    pcie_rx_kbs: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+
+
+class NvmlSampler:
+    """The changing figures of every GPU, read again and again through one NVML session (``hostcheck job``).
+
+    ``error`` says why there is nothing to sample (no nvidia-ml-py, no driver); :meth:`sample` then returns ().
+    nvmlDeviceGetPcieThroughput measures over 20 ms per call, so callers ask for it less often."""
+
+    def __init__(self, nvml: Any = None, loader: Callable[[], Any] = load_pynvml) -> None:
+        self.error: Unavailable | None = None
+        self.handles: list[Any] = []
+        self._nvml = nvml
+        try:
+            if self._nvml is None:
+                self._nvml = loader()
+            self._nvml.nvmlInit()
+        except ImportError:
+            self.error = Unavailable(
+                NOT_INSTALLED, "Python package nvidia-ml-py (module pynvml) not installed"
+            )
+            return
+        except Exception as exc:
+            self.error = nvml_unavailable(exc)
+            return
+        count = _call(self._nvml.nvmlDeviceGetCount)
+        if isinstance(count, Unavailable):
+            self.error = count
+            return
+        for i in range(count):
+            h = _call(self._nvml.nvmlDeviceGetHandleByIndex, i)
+            self.handles.append(None if isinstance(h, Unavailable) else h)
+
+    def _get(self, name: str, h: Any, *args: Any) -> Any:
+        fn = getattr(self._nvml, name, None)
+        if fn is None or h is None:
+            return None
+        v = _call(fn, h, *args)
+        return None if isinstance(v, Unavailable) else v
+
+    def sample(self, pcie: bool = True) -> tuple[GpuSample, ...]:
+        if self.error is not None:
+            return ()
+        out = []
+        for i, h in enumerate(self.handles):
+            util = self._get("nvmlDeviceGetUtilizationRates", h)
+            mem = self._get("nvmlDeviceGetMemoryInfo", h)
+            power = self._get("nvmlDeviceGetPowerUsage", h)
+            out.append(
+                GpuSample(
+                    index=i,
+                    util_pct=getattr(util, "gpu", None),
+                    mem_util_pct=getattr(util, "memory", None),
+                    mem_used_bytes=getattr(mem, "used", None),
+                    mem_total_bytes=getattr(mem, "total", None),
+                    pcie_tx_kbs=self._get("nvmlDeviceGetPcieThroughput", h, PCIE_TX) if pcie else None,
+                    pcie_rx_kbs=self._get("nvmlDeviceGetPcieThroughput", h, PCIE_RX) if pcie else None,
+                    power_w=power / 1000.0 if isinstance(power, (int, float)) else None,
+                    sm_clock_mhz=self._get("nvmlDeviceGetClockInfo", h, CLOCK_SM),
+                )
+            )
+        return tuple(out)
+
+    def processes(self) -> dict[int, tuple[int, ...]]:
+        """GPU index -> the pids running compute work on it (as the host numbers them)."""
+        if self.error is not None:
+            return {}
+        out = {}
+        for i, h in enumerate(self.handles):
+            procs = self._get("nvmlDeviceGetComputeRunningProcesses", h) or []
+            out[i] = tuple(int(p.pid) for p in procs)
+        return out
+
+    def close(self) -> None:
+        if self.error is None:
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlShutdown()

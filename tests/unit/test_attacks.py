@@ -1012,7 +1012,7 @@ ATTACKS = [
         lambda c: Run(
             c.base(only="SYSTEM", json_out=True),
             JUDGED,
-            check=_only_ids("system.E001", "system.E002", "system.E003", "system.E004"),
+            check=_only_ids("system.E001", "system.E002", "system.E003", "system.E004", "system.E005"),
         ),
     ),
     A(

@@ -108,7 +108,8 @@ def test_only_and_skip_limit_checks_and_gatherers(use_scenario, capsys):
     rc, doc = run_json(capsys, "--skip", "gpu.E007")
     assert rc == 0 and "gpu.E007" not in {c["id"] for c in doc["checks"]}
     rc, doc = run_json(capsys, "--only", "system")
-    assert seen["needs"] <= {"system", "torch", "facts"}
+    # datapath: system.E005's dataset storage.
+    assert seen["needs"] <= {"system", "torch", "facts", "datapath"}
 
 
 @pytest.mark.parametrize(

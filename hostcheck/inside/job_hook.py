@@ -1,0 +1,700 @@
+"""The light hook ``hostcheck job`` loads into every Python of the user's job (through jobsite/sitecustomize.py).
+
+Standard library only, Python >= 3.8, no hostcheck import: it runs in the user's interpreter, which may not have
+hostcheck installed. Inert until torch is imported: a ``sys.meta_path`` finder waits for ``torch`` and patches
+a few of its functions once the import has finished. Nothing here changes what the job computes: each wrapper
+calls the original with the same arguments and returns what it returned; every error of the hook's own is
+caught, and the hook then stops recording (it never raises into the user's program).
+
+What it records, per process, into ``$HOSTCHECK_JOB_DIR/hook-<pid>-<n>.jsonl`` (JSON lines, appended at most
+once a second from the main thread and at exit; nothing at all for a process that never iterates a DataLoader):
+
+- every DataLoader batch: when the main thread asked for it and when it got it (the time inside ``next()`` is
+  the data wait; the time from one batch's arrival to the next request is the step);
+- each DataLoader's settings (num_workers, pin_memory, persistent_workers, prefetch_factor, batch size, the
+  dataset's class and root, the worker pids);
+- optimizer steps (torch's global step post-hook), autocast use (``torch.autocast.__enter__``), channels_last
+  weights and cudnn.benchmark at the first step, torch's thread count, PIL's version;
+- time inside explicit ``torch.distributed`` collectives and DDP's own backward compute/communication timers;
+- an uncaught exception's type and message (DataLoader worker deaths end a job this way).
+
+DataLoader workers are forked or spawned copies: they load the hook too, but never iterate a DataLoader, so they
+write nothing; the orchestrator reads their CPU from /proc.
+
+Why one module: it is loaded by path into every Python the job starts, before the user's code; one file is one
+open and one module name added to the user's sys.modules, and none of its parts is of use without the others.
+"""
+
+import contextlib
+import os
+import sys
+import time
+
+DIR_VAR = "HOSTCHECK_JOB_DIR"
+#: Records reach the file at most this often (seconds): the cost is one write per second, not per step.
+FLUSH_S = 1.0
+#: Iterator states kept at once (a job that makes a DataLoader per step must not grow the hook without bound).
+MAX_ITERS = 256
+#: Batches recorded one by one per process; past this only their count and sums are kept.
+DETAIL_CAP = 500_000
+#: Optimizer steps after which DDP's timers are read at every step (then once a second).
+DDP_EARLY_STEPS = 12
+#: The collectives whose Python call is timed (blocking calls measure the wait; async ones only the launch).
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "barrier",
+    "all_to_all_single",
+    "reduce",
+)
+_ATTR = "_hostcheck_job_state"
+_clock = time.monotonic
+
+
+class _Iter:
+    """One DataLoader iterator's pending batch times (start, end pairs) since the last flush."""
+
+    __slots__ = ("buf", "ended", "id", "last")
+
+    def __init__(self, n):
+        self.id = n
+        self.buf = []
+        self.ended = False
+        self.last = 0.0
+
+
+class _State:
+    def __init__(self):
+        self.dir = None
+        self.pid = os.getpid()
+        self.off = False
+        self.path = None
+        self.file = None
+        self.pending = []
+        self.iters = []
+        self.next_iter = 0
+        self.last_flush = _clock()
+        self.batches = 0
+        self.summed = [0, 0.0, 0.0]  # batches past DETAIL_CAP: count, wait seconds, seconds between batches
+        self.last_end = None
+        self.opt_steps = 0
+        self.first_step = None
+        self.last_ddp = 0.0
+        self.autocast = None
+        self.autocast_n = 0
+        self.coll = {}
+        self.ddp = []
+        self.ddp_data = {}
+        self.error = None
+        self.patched = []
+
+
+_S = _State()
+
+
+def _broken(where):
+    """A failure of the hook itself: stop recording, keep the job running untouched."""
+    _S.off = True
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"hostcheck job hook: stopped recording ({where}: {sys.exc_info()[1]!r})\n")
+
+
+def _signalled(exc):
+    """Whether ``exc`` was raised by a Python signal handler that ran while our code did (torch's SIGCHLD
+    handler raises "DataLoader worker ... exited unexpectedly" wherever the main thread is): it is the job's,
+    not ours, and must go on up as it would have without the hook."""
+    try:
+        import signal
+
+        codes = set()
+        for sig in signal.valid_signals():
+            code = getattr(signal.getsignal(sig), "__code__", None)
+            if code is not None:
+                codes.add(code)
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                return True
+            tb = tb.tb_next
+    except Exception:
+        pass
+    return False
+
+
+def _proc_record():
+    env = os.environ
+    rec = {
+        "k": "proc",
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": [str(a)[:200] for a in (getattr(sys, "argv", None) or [])[:20]],
+        "python": sys.version.split()[0],
+        "mono": _clock(),
+        "wall": time.time(),
+        "cpus": os.cpu_count(),
+        "env": {
+            k: env[k]
+            for k in (
+                "RANK",
+                "LOCAL_RANK",
+                "WORLD_SIZE",
+                "LOCAL_WORLD_SIZE",
+                "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS",
+                "CUDA_VISIBLE_DEVICES",
+            )
+            if k in env
+        },
+    }
+    with contextlib.suppress(Exception):
+        rec["affinity"] = len(os.sched_getaffinity(0))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        rec["torch"] = str(getattr(torch, "__version__", ""))
+    return rec
+
+
+def _open():
+    n = 0
+    while True:
+        path = os.path.join(_S.dir, f"hook-{os.getpid()}-{n}.jsonl")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            break
+        except FileExistsError:  # a pid reused within one run
+            n += 1
+    _S.path = path
+    _S.file = os.fdopen(fd, "w", encoding="utf-8")
+    _S.pending.insert(0, _proc_record())
+
+
+def flush(final=False):
+    """Write what is pending (from the main thread, between batches, and at exit)."""
+    if _S.off or _S.dir is None or os.getpid() != _S.pid:
+        return
+    try:
+        import json
+
+        _S.last_flush = _clock()
+        for it in _S.iters:
+            if it.buf:
+                _S.pending.append({"k": "b", "it": it.id, "t": [round(x, 6) for x in it.buf]})
+                it.buf = []
+        if len(_S.iters) > MAX_ITERS // 2:
+            _S.iters = [it for it in _S.iters if not it.ended][-MAX_ITERS // 2 :]
+        if _S.summed[0]:
+            n, wait, gaps = _S.summed
+            _S.pending.append({"k": "sum", "n": n, "wait": round(wait, 6), "gaps": round(gaps, 6)})
+            _S.summed = [0, 0.0, 0.0]
+        if final:
+            _S.pending.append(_final_record())
+        if not _S.pending:
+            return
+        if _S.file is None:
+            _open()
+        lines = "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in _S.pending)
+        _S.pending = []
+        _S.file.write(lines)
+        _S.file.flush()
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+        _broken("writing records")
+
+
+def _maybe_flush(now):
+    if now - _S.last_flush >= FLUSH_S:
+        flush()
+
+
+# --- DataLoader -------------------------------------------------------------------------------------------
+def _iter_state(it):
+    st = it.__dict__.get(_ATTR)
+    if st is None:
+        st = _Iter(_S.next_iter)
+        _S.next_iter += 1
+        it.__dict__[_ATTR] = st
+        _S.iters.append(st)
+        _S.pending.append(_iter_record(it, st))
+    return st
+
+
+def _iter_record(it, st):
+    rec = {"k": "it", "it": st.id, "t": _clock(), "kind": type(it).__name__}
+    loader = it.__dict__.get("_hostcheck_job_loader") or {}
+    rec.update(loader)
+    rec["num_workers"] = getattr(it, "_num_workers", None)
+    rec["pin_memory_effective"] = bool(getattr(it, "_pin_memory", False))
+    rec["persistent_workers"] = getattr(it, "_persistent_workers", None)
+    if "prefetch_factor" not in rec:
+        rec["prefetch_factor"] = getattr(it, "_prefetch_factor", None)
+    sampler = getattr(it, "_index_sampler", None)
+    rec["batch_size"] = getattr(sampler, "batch_size", None)
+    ds = getattr(it, "_dataset", None)
+    rec["dataset"] = type(ds).__name__ if ds is not None else None
+    root = getattr(ds, "root", None)
+    if root is not None and isinstance(root, (str, os.PathLike)):
+        rec["dataset_root"] = os.path.abspath(os.fspath(root))
+    workers = getattr(it, "_workers", None) or []
+    rec["workers"] = [w.pid for w in workers if getattr(w, "pid", None)]
+    if workers:
+        rec["worker_kind"] = type(workers[0]).__name__
+    return rec
+
+
+def _batch(it, start, end):
+    if _S.off:
+        return
+    st = _iter_state(it)
+    _S.batches += 1
+    if _S.batches <= DETAIL_CAP:
+        st.buf.append(start)
+        st.buf.append(end)
+    else:
+        _S.summed[0] += 1
+        _S.summed[1] += end - start
+        if _S.last_end is not None:
+            _S.summed[2] += start - _S.last_end
+    st.last = end
+    _S.last_end = end
+    _maybe_flush(end)
+
+
+def _epoch_end(it, now):
+    if _S.off:
+        return
+    st = _iter_state(it)
+    if st.buf:
+        _S.pending.append({"k": "b", "it": st.id, "t": [round(x, 6) for x in st.buf]})
+        st.buf = []
+    _S.pending.append({"k": "e", "it": st.id, "t": now})
+    _S.last_end = None
+    if not getattr(it, "_persistent_workers", False):
+        st.ended = True
+
+
+def _batch_error(it, start, exc):
+    if _S.off:
+        return
+    st = _iter_state(it)
+    _S.pending.append({"k": "err", "it": st.id, "t": _clock(), "where": "next", **_describe(exc)})
+    flush()
+
+
+def _describe(exc):
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    out = {"type": type(exc).__name__, "message": text[:2000]}
+    if cause is not None:
+        out["cause"] = f"{type(cause).__name__}: {str(cause)[:500]}"
+    return out
+
+
+def _wrap_next_data(orig):
+    def _next_data(self):
+        start = _clock()
+        try:
+            data = orig(self)
+        except StopIteration:
+            try:
+                _epoch_end(self, _clock())
+            except Exception as exc:
+                if _signalled(exc):
+                    raise
+                _broken("epoch end")
+            raise
+        except Exception as exc:
+            try:
+                _batch_error(self, start, exc)
+            except Exception as err:
+                if _signalled(err):
+                    raise
+                _broken("batch error")
+            raise
+        try:
+            _batch(self, start, _clock())
+        except Exception as exc:
+            if _signalled(exc):
+                raise
+            _broken("batch")
+        return data
+
+    _next_data.__wrapped__ = orig
+    _next_data.__name__ = getattr(orig, "__name__", "_next_data")
+    _next_data.__qualname__ = getattr(orig, "__qualname__", "_next_data")
+    return _next_data
+
+
+def _wrap_get_iterator(orig):
+    def _get_iterator(self):
+        it = orig(self)
+        try:
+            settings = {
+                "pin_memory": bool(self.pin_memory),
+                "prefetch_factor": self.prefetch_factor,
+                "timeout": self.timeout,
+            }
+            ctx = self.multiprocessing_context
+            if ctx is not None:
+                settings["mp_context"] = ctx if isinstance(ctx, str) else type(ctx).__name__
+            it.__dict__["_hostcheck_job_loader"] = settings
+        except Exception as exc:  # the settings are a nicety; the batch times do not need them
+            if _signalled(exc):
+                raise
+        return it
+
+    _get_iterator.__wrapped__ = orig
+    return _get_iterator
+
+
+def _patch_dataloader(dl):
+    for cls_name in ("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"):
+        cls = getattr(dl, cls_name, None)
+        orig = cls.__dict__.get("_next_data") if cls is not None else None
+        if orig is not None:
+            _set(cls, "_next_data", _wrap_next_data(orig))
+    loader = getattr(dl, "DataLoader", None)
+    if loader is not None and "_get_iterator" in loader.__dict__:
+        _set(loader, "_get_iterator", _wrap_get_iterator(loader.__dict__["_get_iterator"]))
+
+
+# --- optimizer steps, autocast, model layout ----------------------------------------------------------------
+def _after_step(optimizer, args, kwargs):
+    try:
+        if _S.off:
+            return
+        _S.opt_steps += 1
+        now = _clock()
+        if _S.first_step is None:
+            _S.first_step = now
+            _S.pending.append(_model_record(optimizer, now))
+        # DDP fills its timers in its first iterations, then every 100th: read them each step at first.
+        if _S.ddp and (_S.opt_steps <= DDP_EARLY_STEPS or now - _S.last_ddp >= FLUSH_S):
+            _S.last_ddp = now
+            _read_ddp()
+        _maybe_flush(now)
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+        _broken("optimizer step")
+
+
+def _model_record(optimizer, now):
+    torch = sys.modules["torch"]
+    devices = {}
+    conv = cl = 0
+    for group in getattr(optimizer, "param_groups", []):
+        for p in group.get("params", []):
+            dev = getattr(getattr(p, "device", None), "type", "?")
+            devices[dev] = devices.get(dev, 0) + 1
+            if getattr(p, "dim", None) is not None and p.dim() == 4:
+                conv += 1
+                if p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous():
+                    cl += 1
+    rec = {
+        "k": "model",
+        "t": now,
+        "optimizer": type(optimizer).__name__,
+        "param_devices": devices,
+        "conv_weights": conv,
+        "channels_last_weights": cl,
+        "threads": torch.get_num_threads(),
+    }
+    with contextlib.suppress(Exception):
+        rec["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+    return rec
+
+
+def _patch_optimizer(optim):
+    register = getattr(optim, "register_optimizer_step_post_hook", None)
+    if register is not None:
+        _S.patched.append(("hook", register(_after_step)))
+
+
+def _wrap_autocast_enter(orig):
+    def __enter__(self):
+        try:
+            _S.autocast_n += 1
+            if _S.autocast is None:
+                _S.autocast = {
+                    "device": str(getattr(self, "device", "")),
+                    "dtype": str(getattr(self, "fast_dtype", "")),
+                    "enabled": bool(getattr(self, "_enabled", True)),
+                }
+        except Exception as exc:
+            if _signalled(exc):
+                raise
+        return orig(self)
+
+    __enter__.__wrapped__ = orig
+    return __enter__
+
+
+def _patch_autocast(mode):
+    cls = getattr(mode, "autocast", None)
+    if cls is not None and "__enter__" in cls.__dict__:
+        _set(cls, "__enter__", _wrap_autocast_enter(cls.__dict__["__enter__"]))
+
+
+# --- distributed --------------------------------------------------------------------------------------------
+def _wrap_collective(name, orig):
+    def collective(*args, **kwargs):
+        t0 = _clock()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            try:
+                c = _S.coll.get(name)
+                if c is None:
+                    c = _S.coll[name] = [0, 0.0]
+                c[0] += 1
+                c[1] += _clock() - t0
+            except Exception as exc:
+                if _signalled(exc):
+                    raise
+
+    collective.__wrapped__ = orig
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        with contextlib.suppress(Exception):
+            setattr(collective, attr, getattr(orig, attr))
+    return collective
+
+
+def _patch_distributed(dist):
+    if not getattr(dist, "is_available", lambda: False)():
+        return
+    for name in COLLECTIVES:
+        orig = getattr(dist, name, None)
+        if callable(orig):
+            _set(dist, name, _wrap_collective(name, orig))
+
+
+def _wrap_ddp_init(orig):
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        try:
+            import weakref
+
+            _S.ddp.append(weakref.ref(self))
+        except Exception as exc:
+            if _signalled(exc):
+                raise
+
+    __init__.__wrapped__ = orig
+    return __init__
+
+
+def _patch_ddp(module):
+    cls = getattr(module, "DistributedDataParallel", None)
+    if cls is not None and "__init__" in cls.__dict__:
+        _set(cls, "__init__", _wrap_ddp_init(cls.__dict__["__init__"]))
+
+
+DDP_KEYS = (
+    "avg_forward_compute_time",
+    "avg_backward_compute_time",
+    "avg_backward_comm_time",
+    "avg_backward_compute_comm_overlap_time",
+    "backend_name",
+    "world_size",
+    "iteration",
+)
+
+
+def _read_ddp():
+    live = [r() for r in _S.ddp]
+    _S.ddp = [r for r, m in zip(_S.ddp, live) if m is not None]
+    for i, m in enumerate(x for x in live if x is not None):
+        data = m._get_ddp_logging_data()
+        _S.ddp_data[i] = {k: data[k] for k in DDP_KEYS if k in data}
+
+
+# --- exit, exceptions, activation ---------------------------------------------------------------------------
+def _final_record():
+    rec = {"k": "final", "t": _clock(), "opt_steps": _S.opt_steps, "autocast": _S.autocast}
+    rec["autocast_entries"] = _S.autocast_n
+    rec["collectives"] = {k: [v[0], round(v[1], 6)] for k, v in _S.coll.items()}
+    try:
+        if _S.ddp:
+            _read_ddp()
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+    rec["ddp"] = list(_S.ddp_data.values())
+    torch = sys.modules.get("torch")
+    try:
+        rec["threads"] = torch.get_num_threads() if torch is not None else None
+        rec["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark) if torch is not None else None
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+    pil = sys.modules.get("PIL")
+    if pil is not None:
+        version = str(getattr(pil, "__version__", ""))
+        rec["pil"] = {"version": version, "simd": ".post" in version}
+    if _S.error:
+        rec["error"] = _S.error
+    return rec
+
+
+def _at_exit():
+    if os.getpid() == _S.pid and not _S.off and (_S.file is not None or _S.pending or _S.batches):
+        flush(final=True)
+
+
+def _wrap_excepthook(previous):
+    def excepthook(kind, value, tb):
+        try:
+            if os.getpid() == _S.pid and value is not None:
+                _S.error = _describe(value)
+        except Exception as exc:
+            if _signalled(exc):
+                raise
+        return previous(kind, value, tb)
+
+    return excepthook
+
+
+def _after_fork_in_child():
+    # A forked copy (a DataLoader worker) starts with nothing pending and no file: it records only what it
+    # iterates itself, into a file of its own.
+    _S.pid = os.getpid()
+    _S.file = None
+    _S.path = None
+    _S.pending = []
+    _S.iters = []
+    _S.batches = 0
+    _S.summed = [0, 0.0, 0.0]
+    _S.last_end = None
+    _S.opt_steps = 0
+    _S.first_step = None
+    _S.ddp = []
+    _S.ddp_data = {}
+    _S.error = None
+
+
+def _set(owner, name, value):
+    _S.patched.append((owner, name, owner.__dict__.get(name)))
+    setattr(owner, name, value)
+
+
+#: Module name -> what to patch once it has been imported.
+PATCHES = {
+    "torch.utils.data.dataloader": _patch_dataloader,
+    "torch.optim.optimizer": _patch_optimizer,
+    "torch.amp.autocast_mode": _patch_autocast,
+    "torch.distributed": _patch_distributed,
+    "torch.nn.parallel.distributed": _patch_ddp,
+}
+_done = set()
+
+
+def _apply(name):
+    module = sys.modules.get(name)
+    if module is None or name in _done:
+        return
+    _done.add(name)
+    try:
+        PATCHES[name](module)
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+        _broken(f"patching {name}")
+
+
+def _on_import(name):
+    if name == "torch":
+        for other in PATCHES:
+            _apply(other)
+        sys.excepthook = _wrap_excepthook(sys.excepthook)
+        return
+    if "torch" in _done_torch:
+        _apply(name)
+
+
+_done_torch = set()
+
+
+class _Loader:
+    """The real loader of a watched module, with our patches applied once it has executed."""
+
+    def __init__(self, real, name):
+        self._real = real
+        self._name = name
+
+    def create_module(self, spec):
+        return self._real.create_module(spec)
+
+    def exec_module(self, module):
+        self._real.exec_module(module)
+        try:
+            if self._name == "torch":
+                _done_torch.add("torch")
+            _on_import(self._name)
+        except Exception as exc:
+            if _signalled(exc):
+                raise
+            _broken("after import")
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _Finder:
+    """Waits for torch (and the torch modules PATCHES names, when torch loads them lazily)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch" and (name not in PATCHES or name in _done):
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, name)
+                return spec
+        return None
+
+
+def install(run_dir=None):
+    """Start watching for torch; records go to ``run_dir`` (default: $HOSTCHECK_JOB_DIR). False when off."""
+    run_dir = run_dir or os.environ.get(DIR_VAR)
+    if not run_dir or not os.path.isdir(run_dir):
+        return False
+    _S.dir = run_dir
+    _S.pid = os.getpid()
+    import atexit
+
+    atexit.register(_at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+    if "torch" in sys.modules:  # imported before us (tests): patch now
+        _done_torch.add("torch")
+        _on_import("torch")
+    else:
+        sys.meta_path.insert(0, _Finder())
+    return True
+
+
+def uninstall():
+    """Undo the patches (tests); records already written stay."""
+    for entry in reversed(_S.patched):
+        if entry[0] == "hook":
+            entry[1].remove()
+            continue
+        owner, name, orig = entry
+        if orig is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, orig)
+    _S.patched = []
+    _done.clear()
+    _done_torch.clear()
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]

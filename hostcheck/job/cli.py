@@ -1,0 +1,153 @@
+"""``hostcheck job [--seconds N] -- COMMAND ...``: run the user's training command, watch it, and say what holds
+its GPUs back (docs/job.md).
+
+The command runs unchanged with hostcheck's standard streams; the report goes to standard error when it has
+finished (``--json PATH`` and ``--png PATH`` for the files). The exit code is the command's own: ``hostcheck job --
+sh -c 'exit 3'`` exits 3, a command killed by signal N exits 128 + N, one stopped at the end of ``--seconds``
+exits 0, one that cannot start 127 (not found) or 126. hostcheck's own usage errors exit 2 before anything
+starts, which a command can exit with too: the JSON report's ``job.rc`` tells them apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from argparse import ArgumentError
+
+from hostcheck.argtypes import seconds
+from hostcheck.gather.datapath import describe_dir, read_mounts
+from hostcheck.job.analyse import Analysis, analyse
+from hostcheck.job.observe import observe
+from hostcheck.job.png import draw_timeline
+from hostcheck.job.records import read_run
+from hostcheck.job.render import render_json, render_text
+from hostcheck.job.verdict import Verdict, judge
+from hostcheck.outfile import paths_error, write_report
+
+SUMMARY = "run a training command and say what holds its GPUs back (input, compute, communication)"
+DESCRIPTION = (
+    "Run your training command (python, torchrun, a launcher) unchanged, watch it for a window or to its end "
+    "(DataLoader waits and settings from a hook in every Python it starts; CPU, reads and /dev/shm from /proc; "
+    "GPUs through NVML) and print a verdict with its evidence and the fix."
+)
+EPILOG = (
+    "Exit code: the command's own (128+N when signal N killed it, 0 when --seconds stopped it, 127/126 when it "
+    "could not start); 2 for hostcheck's usage errors, before the command starts. Docs: docs/job.md."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--seconds",
+        type=seconds,
+        metavar="N",
+        help="stop the command after N seconds (SIGINT to its group, then SIGKILL after --grace); default: "
+        "run it to its end",
+    )
+    p.add_argument("--json", metavar="PATH", help="also write the JSON report to PATH")
+    p.add_argument("--png", metavar="PATH", help="also write the timeline picture (PNG) to PATH")
+    p.add_argument("-q", "--quiet", action="store_true", help="no text report on standard error")
+    p.add_argument(
+        "--data-dir",
+        action="append",
+        metavar="DIR",
+        default=None,
+        help="a dataset directory whose disk to watch (repeatable; datasets with a .root are found by themselves)",
+    )
+    p.add_argument(
+        "--interval", type=seconds, default=0.5, metavar="S", help="sampling interval (default 0.5: 2 Hz)"
+    )
+    p.add_argument(
+        "--grace",
+        type=seconds,
+        default=5.0,
+        metavar="S",
+        help="seconds between SIGINT and SIGKILL when the window ends or hostcheck is interrupted (default 5)",
+    )
+    p.add_argument(
+        "--keep-records",
+        metavar="DIR",
+        help="write the hook's raw records into DIR (an existing empty folder) and keep them",
+    )
+    p.add_argument(
+        "job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run"
+    )
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    cmd = list(args.job_command or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ArgumentError(None, "give the command to run after --, e.g. hostcheck job -- python train.py")
+    return cmd
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = _command(args)
+    bad = paths_error([("--json", args.json), ("--png", args.png)])
+    if bad:
+        raise ArgumentError(None, bad)
+    if args.interval > 60:
+        raise ArgumentError(None, "--interval: at most 60 seconds")
+    keep = args.keep_records
+    if keep is not None:
+        if not os.path.isdir(keep) or os.listdir(keep):
+            raise ArgumentError(None, f"--keep-records {keep}: not an existing empty folder")
+        run_dir = os.path.abspath(keep)
+    else:
+        try:
+            run_dir = tempfile.mkdtemp(prefix="hostcheck-job-")
+        except OSError as exc:
+            raise ArgumentError(None, f"cannot create a temporary folder: {exc.strerror or exc}") from None
+    os.chmod(run_dir, 0o700)
+    try:
+        # SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
+        obs = observe(cmd, run_dir, seconds=args.seconds, interval=args.interval, grace=args.grace)
+        hooks = read_run(run_dir)
+    finally:
+        if keep is None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    dirs = list(args.data_dir or [])
+    for h in hooks:
+        for it in h.iterators:
+            root = it.get("dataset_root")
+            if isinstance(root, str) and root not in dirs:
+                dirs.append(root)
+    mounts = read_mounts()
+    data_dirs = [describe_dir(d, mounts) for d in dirs]
+    a = analyse(obs, hooks, data_dirs)
+    v = judge(a)
+    _write(args, a, v)
+    return obs.exit_code
+
+
+def _write(args: argparse.Namespace, a: Analysis, v: Verdict) -> None:
+    """The report files and the text; a failure is said on stderr and leaves the job's exit code alone."""
+    if args.png:
+        gpu_note = a.gpu_error or ("" if a.gpus else "no GPU")
+        subtitle = f"{' '.join(a.command)[:90]} | {a.duration_s:.0f} s | exit {a.exit_code}"
+        try:
+            data = draw_timeline(
+                a.timeline, f"hostcheck job: {v.kind}", subtitle + " | " + v.headline, gpu_note
+            )
+            write_report(args.png, data)
+        except OSError as exc:
+            _say(f"hostcheck job: error: writing {args.png}: {exc.strerror or exc}")
+    if args.json:
+        try:
+            write_report(args.json, render_json(a, v, args.png))
+        except OSError as exc:
+            _say(f"hostcheck job: error: writing {args.json}: {exc.strerror or exc}")
+    if not args.quiet:
+        _say(render_text(a, v))
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()

@@ -1,0 +1,215 @@
+"""The hook's records (``hook-<pid>-<n>.jsonl`` in the run folder) read back into one summary per process.
+
+Pure where it can be: :func:`parse_lines` turns a file's lines into a :class:`HookProcess`; :func:`read_run`
+reads a folder. A line that is not a JSON object (a process killed mid-write) is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Files past this size are read only this far (a hook file holds ~30 bytes a batch).
+MAX_FILE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class HookProcess:
+    """One Python process of the job that iterated a DataLoader (or raised, or stepped an optimizer)."""
+
+    pid: int
+    ppid: int = 0
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    torch: str | None = None
+    cpus: int | None = None
+    affinity: int | None = None
+    #: Every batch (start, end) in monotonic seconds, sorted by start.
+    batches: tuple[tuple[float, float], ...] = ()
+    #: Batches only counted (past the hook's detail cap): count, wait seconds, seconds between them.
+    summed: tuple[int, float, float] = (0, 0.0, 0.0)
+    #: When an iterator ran out (an epoch ended).
+    epoch_ends: tuple[float, ...] = ()
+    #: Each DataLoader iterator's settings record, in order.
+    iterators: tuple[dict[str, Any], ...] = ()
+    #: Which iterator each batch came from (parallel to ``batches``).
+    batch_iters: tuple[int, ...] = ()
+    model: dict[str, Any] | None = None
+    final: dict[str, Any] | None = None
+    errors: tuple[dict[str, Any], ...] = ()
+    bad_lines: int = 0
+
+    @property
+    def rank(self) -> int | None:
+        try:
+            return int(self.env["RANK"])
+        except (KeyError, ValueError):
+            return None
+
+
+def parse_lines(lines: list[str]) -> HookProcess | None:
+    recs: list[dict[str, Any]] = []
+    bad = 0
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(rec, dict):
+            recs.append(rec)
+        else:
+            bad += 1
+    proc = next((r for r in recs if r.get("k") == "proc"), None)
+    if proc is None:
+        return None
+    batches: list[tuple[float, float, int]] = []
+    iters, ends, errors = [], [], []
+    model = final = None
+    n_sum, wait_sum, gap_sum = 0, 0.0, 0.0
+    for r in recs:
+        k = r.get("k")
+        try:
+            if k == "b":
+                t = [float(x) for x in r.get("t", [])]
+                it = int(r.get("it", 0))
+                batches += [(t[i], t[i + 1], it) for i in range(0, len(t) - 1, 2)]
+            elif k == "it":
+                iters.append(r)
+            elif k == "e":
+                ends.append(float(r["t"]))
+            elif k == "err":
+                errors.append(r)
+            elif k == "model":
+                model = r
+            elif k == "final":
+                final = r
+            elif k == "sum":
+                n_sum += int(r.get("n", 0))
+                wait_sum += float(r.get("wait", 0.0))
+                gap_sum += float(r.get("gaps", 0.0))
+        except (KeyError, TypeError, ValueError, IndexError):
+            bad += 1
+    if final and isinstance(final.get("error"), dict):
+        errors.append({"where": "uncaught", **final["error"]})
+    batches.sort()
+    env = proc.get("env") if isinstance(proc.get("env"), dict) else {}
+    return HookProcess(
+        pid=int(proc.get("pid", 0)),
+        ppid=int(proc.get("ppid", 0)),
+        argv=tuple(str(a) for a in proc.get("argv") or ()),
+        env={str(k): str(v) for k, v in env.items()},
+        torch=proc.get("torch"),
+        cpus=proc.get("cpus"),
+        affinity=proc.get("affinity"),
+        batches=tuple((s, e) for s, e, _ in batches),
+        batch_iters=tuple(i for _, _, i in batches),
+        summed=(n_sum, wait_sum, gap_sum),
+        epoch_ends=tuple(sorted(ends)),
+        iterators=tuple(iters),
+        model=model,
+        final=final,
+        errors=tuple(errors),
+        bad_lines=bad,
+    )
+
+
+def read_run(run_dir: str) -> list[HookProcess]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "hook-*.jsonl"))):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read(MAX_FILE_BYTES)
+        except OSError:
+            continue
+        proc = parse_lines(text.splitlines())
+        if proc is not None:
+            out.append(proc)
+    return out
+
+
+@dataclass(frozen=True)
+class LoopTimes:
+    """Where one process's main thread spent the training loop."""
+
+    batches: int
+    #: Seconds inside next() (the first batch left out: worker start-up).
+    wait_s: float
+    #: Seconds between one batch's arrival and the next request (the steps).
+    step_s: float
+    #: Seconds between the last batch of an epoch and the first of the next (evaluation, checkpoints).
+    between_epochs_s: float
+    first_batch_s: float
+    #: The loop's span: from the first batch's request to the last batch's arrival.
+    start: float | None
+    end: float | None
+    median_wait_ms: float | None
+    median_step_ms: float | None
+    #: Epochs after the first whose first batch waited (workers started again: persistent_workers=False).
+    epoch_start_waits_s: tuple[float, ...] = ()
+
+    @property
+    def wait_share(self) -> float | None:
+        busy = self.wait_s + self.step_s
+        return self.wait_s / busy if busy > 0 else None
+
+
+def loop_times(p: HookProcess) -> LoopTimes:
+    """Wait and step times of one process: batches in time order, whichever iterator they came from."""
+    b = p.batches
+    if not b:
+        n, w, g = p.summed
+        return LoopTimes(n, w, g, 0.0, 0.0, None, None, None, None)
+    first = b[0][1] - b[0][0]
+    waits, steps = [], []
+    between = 0.0
+    epoch_starts: list[float] = []
+    seen_iters = {p.batch_iters[0]} if p.batch_iters else set()
+    for i in range(1, len(b)):
+        prev_end, (start, end) = b[i - 1][1], b[i]
+        gap = start - prev_end
+        # An epoch ended between the two batches: the gap is not a step.
+        j = bisect.bisect_left(p.epoch_ends, prev_end)
+        crossed = j < len(p.epoch_ends) and p.epoch_ends[j] <= start
+        it = p.batch_iters[i] if i < len(p.batch_iters) else None
+        new_iter = it is not None and it not in seen_iters
+        if it is not None:
+            seen_iters.add(it)
+        if crossed or gap < 0:
+            between += max(0.0, gap)
+            if crossed and new_iter:
+                epoch_starts.append(end - start)
+        else:
+            steps.append(gap)
+        waits.append(end - start)
+    n_sum, w_sum, g_sum = p.summed
+    return LoopTimes(
+        batches=len(b) + n_sum,
+        wait_s=sum(waits) + w_sum,
+        step_s=sum(steps) + g_sum,
+        between_epochs_s=between,
+        first_batch_s=first,
+        start=b[0][0],
+        end=b[-1][1],
+        median_wait_ms=statistics.median(waits) * 1000 if waits else None,
+        median_step_ms=statistics.median(steps) * 1000 if steps else None,
+        epoch_start_waits_s=tuple(epoch_starts),
+    )
+
+
+def wait_in_bins(p: HookProcess, t0: float, width: float, n: int) -> list[float]:
+    """Seconds of data wait inside each of ``n`` bins of ``width`` seconds from ``t0``."""
+    out = [0.0] * n
+    for start, end in p.batches:
+        a, z = (start - t0) / width, (end - t0) / width  # in bins
+        a, z = max(a, 0.0), min(z, float(n))
+        k = int(a)
+        while k < n and k < z:  # one step per bin the interval touches: ends however the floats round
+            out[k] += (min(z, k + 1) - max(a, k)) * width
+            k += 1
+    return out

@@ -1,0 +1,527 @@
+"""The verdict on a job: what held it back, the evidence, and the fix in the terms of our roles' settings.
+
+Pure: an :class:`~hostcheck.job.analyse.Analysis` in, a :class:`Verdict` out. Every threshold is a named constant
+here and a row of docs/job.md, with where it comes from. The rules, in order:
+
+1. a DataLoader worker died or raised (the job's error says so): ``worker-died``;
+2. fewer than MIN_BATCHES batches: ``idle-gpu`` when a GPU sat under GPU_BUSY_TARGET, else ``no-training-loop``;
+3. the GPUs the job used were busy at GPU_BUSY_TARGET or more: ``compute-bound``;
+4. the main thread waited for data INPUT_WAIT_SHARE of the loop or more: ``input-bound``, with the causes below;
+5. DDP communication not hidden behind backward compute (plus explicit collectives) took COMM_SHARE of a step or
+   more: ``communication-bound``;
+6. a GPU was there and under GPU_BUSY_TARGET: ``idle-gpu`` (the main thread is busy, the GPU is not);
+7. otherwise ``compute-bound`` (without a GPU: on the CPU).
+
+Input-bound causes (each when its evidence is there; the fix lists them in this order): shared memory, CPU-bound
+decoding in the workers, storage, too few workers; a wait none of them explains says so. Oversubscription of the
+cores by torch's threads and the workers, pin_memory, persistent_workers and the GPU-side settings (autocast,
+channels_last, cudnn.benchmark) are findings beside the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostcheck import fixes
+from hostcheck.job.analyse import Analysis
+
+#: The field's rule of thumb for a training job: keep the GPU's utilisation (NVML: the share of time a kernel
+#: ran) at 90% or more.
+GPU_BUSY_TARGET = 90.0
+#: Data wait share of the loop at or above which the job is input-bound: the complement of the 90% target
+#: (a main thread that waits for data more than 10% of the time cannot queue GPU work for that time).
+INPUT_WAIT_SHARE = 0.10
+#: Exposed communication share of a step at or above which the job is communication-bound (the same 10%).
+COMM_SHARE = 0.10
+#: Fewer batches than this is no loop to judge.
+MIN_BATCHES = 5
+#: A DataLoader worker using this much of a core (on average over the loop) is busy decoding (ours).
+WORKER_SATURATED = 0.80
+#: The job's processes using this share of the cores leave nothing for more workers (ours).
+JOB_SATURATED = 0.90
+#: Other processes using this share of the cores during the loop is worth saying: the job competed (ours).
+CONTENDED = 0.25
+#: The main process (num_workers=0) using this much of a core while it loads is decoding itself (ours).
+MAIN_LOADING_CPU = 0.50
+#: /dev/shm this full at its peak is what kills workers with "bus error" next (ours).
+SHM_FULL = 0.90
+#: Storage is the limit when a dataset disk was busy this share of the loop (iostat's %util) ...
+DISK_BUSY = 0.80
+#: ... or the loaders spent this share of their time blocked on block I/O (delay accounting) ...
+BLKIO_SHARE = 0.20
+#: ... or tasks stalled on I/O this share of the time, node-wide (PSI io "some").
+PSI_IO_SHARE = 0.20
+#: Epoch starts that wait this long on average for new workers call for persistent_workers=True (ours).
+EPOCH_START_WAIT_S = 1.0
+
+KINDS = (
+    "input-bound",
+    "compute-bound",
+    "communication-bound",
+    "idle-gpu",
+    "worker-died",
+    "no-training-loop",
+)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason with its evidence and its fix."""
+
+    id: str
+    evidence: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "evidence": self.evidence, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    headline: str
+    causes: tuple[Cause, ...] = ()
+    findings: tuple[Cause, ...] = ()
+    #: For worker-died: what the loop was before it failed (input-bound, compute-bound, ...), else None.
+    loop_kind: str | None = None
+    #: The numbers the rules read, with the thresholds they were held against.
+    measures: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "headline": self.headline,
+            "loop_kind": self.loop_kind,
+            "causes": [c.to_dict() for c in self.causes],
+            "findings": [c.to_dict() for c in self.findings],
+            "measures": self.measures,
+        }
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _ranks_n(a: Analysis) -> int:
+    return max(1, len(a.ranks))
+
+
+def cores_per_rank(a: Analysis) -> int:
+    return max(1, a.cores // _ranks_n(a))
+
+
+def _num_workers(a: Analysis) -> int | None:
+    vals = [r.loader.get("num_workers") for r in a.ranks if isinstance(r.loader.get("num_workers"), int)]
+    return min(vals) if vals else None
+
+
+def _suggest_workers(a: Analysis) -> int:
+    # One core per rank stays with the main process; a DataLoader gains little past what the cores can run.
+    return max(2, cores_per_rank(a) - 1)
+
+
+def _error_text(e: dict[str, Any]) -> str:
+    return f"{e.get('type', '')}: {e.get('message', '')} {e.get('cause', '')}"
+
+
+_WORKER_ERROR = re.compile(r"DataLoader worker \(pid|in DataLoader worker process|DataLoader worker .*exited")
+_SHM_WORDS = re.compile(r"[Bb]us error|shared memory|\bshm\b|No space left on device.*shm", re.S)
+
+
+#: What a worker's death looks like from the main process when torch re-raises the pipe's error (the worker
+#: was not yet reaped when the main process looked).
+_PIPE_ERRORS = ("ConnectionResetError", "EOFError", "BrokenPipeError", "ConnectionRefusedError")
+
+
+def worker_error(a: Analysis) -> dict[str, Any] | None:
+    for e in a.errors:
+        if _WORKER_ERROR.search(_error_text(e)):
+            return e
+    with_workers = any(r.loader.get("num_workers") for r in a.ranks)
+    for e in a.errors:
+        if with_workers and e.get("where") == "next" and e.get("type") in _PIPE_ERRORS:
+            return e
+    return None
+
+
+def _first_sentence(e: dict[str, Any]) -> str:
+    msg = (e.get("message") or "").strip().splitlines()
+    first = msg[0] if msg else str(e.get("type", ""))
+    return first.split(". ", 1)[0].rstrip(".")[:200]
+
+
+def _shm_cause(a: Analysis, from_error: bool) -> Cause | None:
+    size, peak = a.shm.get("size_bytes"), a.shm.get("peak_bytes")
+    full = bool(size and peak is not None and peak >= SHM_FULL * size)
+    if not (full or from_error):
+        return None
+    gib = 1 << 30
+    want = max(8, math.ceil(2 * (peak or 0) / gib), math.ceil(2 * (size or 0) / gib) if full else 0)
+    seen = f"/dev/shm peaked at {_gib(peak)} of {_gib(size)}" if size else "/dev/shm's size unknown"
+    why = "a worker was killed by a bus error / shared-memory failure; " if from_error else ""
+    return Cause(
+        "shared-memory",
+        f"{why}{seen} (full at {pct(SHM_FULL)}): workers pass every batch through /dev/shm",
+        fixes.SHM.format(size=f"{want}G") + f"; in a container: --shm-size={want}g or --ipc=host",
+    )
+
+
+def _gib(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def _worker_died(a: Analysis, e: dict[str, Any]) -> list[Cause]:
+    text = _error_text(e)
+    first = _first_sentence(e)
+    if _SHM_WORDS.search(text):
+        shm = _shm_cause(a, from_error=True)
+        return [shm] if shm else []
+    if "signal: Killed" in text:
+        return [
+            Cause(
+                "worker-killed",
+                f"{first}: SIGKILL, which is what the kernel's OOM killer sends",
+                "check `journalctl -k | grep -i 'out of memory'`; lower num_workers or prefetch_factor, or keep the "
+                "Dataset's per-item memory small (lists of Python objects are copied into every worker)",
+            )
+        ]
+    caught = re.search(r"Caught (\w+) in DataLoader worker process (\d+)", text)
+    if caught:
+        return [
+            Cause(
+                "dataset-raised",
+                f"the Dataset raised {caught.group(1)} in worker {caught.group(2)}: {first}",
+                "fix the Dataset's __getitem__ (the job's traceback shows the line); "
+                "num_workers=0 runs it in the main process under a debugger",
+            )
+        ]
+    if e.get("type") in _PIPE_ERRORS and not _WORKER_ERROR.search(text):
+        first = f"{e.get('type')} reading from the workers ({first})"
+    code = re.search(r"exit code (-?\d+)", text)
+    how = f" with exit code {code.group(1)}" if code else ""
+    return [
+        Cause(
+            "worker-exited",
+            f"{first}: a worker ended{how} without a Python error (os._exit, a crash in native code)",
+            "run with num_workers=0 to see the error in the main process; look for a segfault in "
+            "`journalctl -k` or a library that calls exit()",
+        )
+    ]
+
+
+def _input_causes(a: Analysis) -> list[Cause]:
+    causes: list[Cause] = []
+    shm = _shm_cause(a, from_error=False)
+    if shm:
+        causes.append(shm)
+    nw = _num_workers(a)
+    cpu = a.cpu
+    cores = a.cores
+    job_cpu = cpu.get("job")
+    node_full = job_cpu is not None and job_cpu >= JOB_SATURATED * cores
+    wmean = cpu.get("worker_mean")
+    saturated = bool(nw and wmean is not None and wmean >= WORKER_SATURATED)
+    main_cpu = cpu.get("main")
+    pil = next(((r.final or {}).get("pil") for r in a.ranks if (r.final or {}).get("pil")), None)
+    want = _suggest_workers(a)
+    decode_fix = []
+    if saturated or node_full:
+        if nw is not None and nw < want and not node_full:
+            decode_fix.append(
+                f"DataLoader(num_workers={want}) (up to the {cores_per_rank(a)} cores per rank)"
+            )
+        if pil and not pil.get("simd"):
+            decode_fix.append(fixes.PILLOW_SIMD + f" (PIL {pil.get('version')} is stock Pillow)")
+        decode_fix.append(
+            ("or " if decode_fix else "")
+            + "move decoding off the CPU: torchvision.io.decode_jpeg(device='cuda') or NVIDIA DALI, or store the "
+            "dataset pre-decoded at training size"
+        )
+        ev = (
+            f"workers used {wmean:.2f} of a core each (busy at {WORKER_SATURATED:.0%})"
+            if saturated
+            else f"the job used {job_cpu:.1f} of {cores} cores (full at {JOB_SATURATED:.0%})"
+        )
+        causes.append(Cause("cpu-decode", ev + ": loading and decoding is CPU-bound", "; ".join(decode_fix)))
+    storage = _storage_evidence(a)
+    if storage and not saturated:
+        causes.append(
+            Cause(
+                "storage",
+                storage,
+                "put the dataset on local NVMe/SSD (`hostcheck check --data-dir DIR` judges the disk: system.E005) "
+                "or cache it in RAM or local scratch; on network storage more workers hide latency",
+            )
+        )
+    if nw == 0:
+        ev = f"num_workers=0: the main process loads every batch itself (CPU {_cores(main_cpu)})"
+        if main_cpu is not None and main_cpu >= MAIN_LOADING_CPU:
+            ev += ", decoding while the model waits"
+        causes.append(
+            Cause(
+                "too-few-workers",
+                ev,
+                f"DataLoader(num_workers={want}, persistent_workers=True"
+                + (", pin_memory=True)" if a.gpu_used else ")"),
+            )
+        )
+    elif nw is not None and not saturated and not node_full and not storage and nw < want:
+        causes.append(
+            Cause(
+                "too-few-workers",
+                f"num_workers={nw} and the CPU was not busy (workers {_cores(wmean)} each, the job "
+                f"{_cores(job_cpu)} of {cores}): more workers would load in parallel",
+                f"DataLoader(num_workers={want})",
+            )
+        )
+    if not causes:
+        causes.append(
+            Cause(
+                "unexplained-wait",
+                f"num_workers={nw}, workers {_cores(wmean)} each, no storage or shared-memory pressure seen",
+                "raise prefetch_factor (default 2), look for a slow collate_fn or a lock in the Dataset; "
+                "torch.profiler shows where the main thread waits",
+            )
+        )
+    return causes
+
+
+def _cores(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f} cores"
+
+
+def _storage_evidence(a: Analysis) -> str | None:
+    parts = []
+    for d in a.io.get("devices") or ():
+        if d.get("util") is not None and d["util"] >= DISK_BUSY:
+            rot = " (a rotational disk)" if d.get("rotational") else ""
+            parts.append(
+                f"{d['device']}{rot} holding {', '.join(d['dirs'])} was busy {pct(d['util'])} of the loop "
+                f"reading {d.get('read_mb_s')} MB/s"
+            )
+    blk = a.io.get("loader_blkio_share")
+    if blk is not None and blk >= BLKIO_SHARE:
+        parts.append(f"the loaders were blocked on disk reads {pct(blk)} of the time")
+    psi = a.io.get("psi_io_some")
+    if psi is not None and psi >= PSI_IO_SHARE:
+        parts.append(f"tasks stalled on I/O {pct(psi)} of the time (PSI)")
+    return "; ".join(parts) or None
+
+
+def _findings(a: Analysis, kind: str) -> list[Cause]:
+    out = []
+    node, job = a.cpu.get("node_busy"), a.cpu.get("job")
+    if node is not None and job is not None and node - job >= CONTENDED * a.cores:
+        out.append(
+            Cause(
+                "cpu-contended",
+                f"other processes used {node - job:.1f} of the {a.cores} cores during the loop: the job's timings "
+                "include that competition",
+                "run it where nothing else competes (a Slurm exclusive allocation, a drained node), then again",
+            )
+        )
+    threads = [r.threads for r in a.ranks if r.threads]
+    workers = a.cpu.get("workers_n") or 0
+    if threads:
+        used = sum(threads) + workers
+        if used > a.cores:
+            ranks = _ranks_n(a)
+            n = max(1, (a.cores - workers) // ranks)
+            if n < max(threads):
+                fix = fixes.THREADS.format(n=n) + " (OMP_NUM_THREADS in the training environment)"
+            else:  # one thread a rank already: the workers are what is too many
+                per_rank = max(1, (a.cores - sum(threads)) // ranks)
+                fix = f"DataLoader(num_workers={per_rank}) per rank, or a node with more cores per GPU"
+            out.append(
+                Cause(
+                    "oversubscribed",
+                    f"{ranks} rank(s) x {max(threads)} torch threads + {workers} DataLoader workers = {used} "
+                    f"busy threads on {a.cores} cores",
+                    fix,
+                )
+            )
+    if a.gpu_used and any(r.loader and r.loader.get("pin_memory") is False for r in a.ranks):
+        out.append(
+            Cause(
+                "pin-memory",
+                "pin_memory=False: every batch is copied to the GPU from pageable memory, synchronously",
+                "DataLoader(pin_memory=True) and .to(device, non_blocking=True)",
+            )
+        )
+    for r in a.ranks:
+        waits = r.times.epoch_start_waits_s
+        if waits and not r.loader.get("persistent_workers") and sum(waits) / len(waits) >= EPOCH_START_WAIT_S:
+            out.append(
+                Cause(
+                    "persistent-workers",
+                    f"each epoch waited {sum(waits) / len(waits):.1f} s for its workers to start again",
+                    "DataLoader(persistent_workers=True)",
+                )
+            )
+            break
+    if a.gpu_used and kind in ("compute-bound", "idle-gpu"):
+        out += _gpu_settings(a)
+    return out
+
+
+def _gpu_settings(a: Analysis) -> list[Cause]:
+    out = []
+    autocast = [(r.final or {}).get("autocast") for r in a.ranks]
+    if not any(x and x.get("enabled") for x in autocast):
+        out.append(
+            Cause(
+                "no-amp",
+                "no torch.autocast in the training step: the math runs in fp32/tf32",
+                "with torch.autocast('cuda', dtype=torch.bfloat16): around forward and loss (PyTorch's tuning guide)",
+            )
+        )
+    conv = [r.model for r in a.ranks if r.model and r.model.get("conv_weights")]
+    if conv and not any(m.get("channels_last_weights") for m in conv):
+        out.append(
+            Cause(
+                "channels-last",
+                f"{conv[0]['conv_weights']} convolution weights, none in channels_last",
+                "model.to(memory_format=torch.channels_last) and the same for the input batches",
+            )
+        )
+    if conv and not any(m.get("cudnn_benchmark") for m in conv):
+        out.append(
+            Cause(
+                "cudnn-benchmark",
+                "torch.backends.cudnn.benchmark is False with convolutions in the model",
+                "torch.backends.cudnn.benchmark = True (for fixed input sizes)",
+            )
+        )
+    return out
+
+
+def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
+    """The loop's classification (rules 3 to 7), its causes and a one-line headline."""
+    util = a.gpu_util
+    w = a.wait_share
+    comm = a.comm.get("share")
+    gpu = f"GPU busy {util:.0f}%" if util is not None else "no GPU figures"
+    if util is not None and util >= GPU_BUSY_TARGET:
+        return "compute-bound", [], f"compute-bound: {gpu} (target {GPU_BUSY_TARGET:.0f}%)"
+    if w is not None and w >= INPUT_WAIT_SHARE:
+        causes = _input_causes(a)
+        why = ", ".join(c.id for c in causes)
+        return (
+            "input-bound",
+            causes,
+            f"input-bound ({why}): the main thread waited for data {pct(w)} of the loop",
+        )
+    if comm is not None and comm >= COMM_SHARE:
+        return (
+            "communication-bound",
+            [
+                Cause(
+                    "ddp-communication",
+                    f"gradient communication not hidden behind backward took {pct(comm)} of a step",
+                    "check the interconnect (hostcheck's workload.E013 all_reduce bus bandwidth); DDP("
+                    "gradient_as_bucket_view=True, bucket_cap_mb=...), model.no_sync() under gradient "
+                    "accumulation, a larger batch per GPU",
+                )
+            ],
+            f"communication-bound: {pct(comm)} of each step waits for gradients",
+        )
+    if a.gpus and util is not None:
+        return (
+            "idle-gpu",
+            _idle_causes(a),
+            f"idle GPU: {gpu} while the main thread waited for data only {pct(w)}",
+        )
+    if a.gpus or a.gpu_used:
+        return "idle-gpu", _idle_causes(a), "idle GPU"
+    where = "on the CPU (no GPU in use)" if not a.gpus else ""
+    return (
+        "compute-bound",
+        [],
+        f"compute-bound {where}: data wait {pct(w)} of the loop (input-bound from {pct(INPUT_WAIT_SHARE)})".replace(
+            "  ", " "
+        ),
+    )
+
+
+def _idle_causes(a: Analysis) -> list[Cause]:
+    on_cpu = [r for r in a.ranks if r.model and set(r.model.get("param_devices") or {}) == {"cpu"}]
+    if on_cpu or not a.gpu_used:
+        return [
+            Cause(
+                "job-not-on-gpu",
+                "the model's parameters are on the CPU"
+                if on_cpu
+                else "NVML listed no process of the job on a GPU",
+                "model.to('cuda') and batch.to('cuda', non_blocking=True); check CUDA_VISIBLE_DEVICES",
+            )
+        ]
+    return [
+        Cause(
+            "cpu-overhead",
+            "the main thread is busy between batches but the GPU is not: Python overhead, small kernels, or host "
+            "synchronisations (.item(), .cpu(), printing tensors) every step",
+            "a larger batch per GPU; torch.compile or CUDA graphs; fewer host syncs per step",
+        )
+    ]
+
+
+def judge(a: Analysis) -> Verdict:
+    """Apply the rules of the module's docstring."""
+    measures = {
+        "wait_share": None if a.wait_share is None else round(a.wait_share, 4),
+        "input_wait_share_threshold": INPUT_WAIT_SHARE,
+        "gpu_util": None if a.gpu_util is None else round(a.gpu_util, 1),
+        "gpu_busy_target": GPU_BUSY_TARGET,
+        "comm_share": a.comm.get("share"),
+        "comm_share_threshold": COMM_SHARE,
+        "batches": a.batches,
+        "min_batches": MIN_BATCHES,
+    }
+    err = worker_error(a)
+    if err is not None:
+        causes = _worker_died(a, err)
+        loop_kind = None
+        if a.batches >= MIN_BATCHES:
+            loop_kind, _, _ = _loop_kind(a)
+        return Verdict(
+            "worker-died",
+            f"a DataLoader worker died: {_first_sentence(err)}",
+            tuple(causes),
+            tuple(_findings(a, "worker-died")),
+            loop_kind,
+            measures,
+        )
+    if a.batches < MIN_BATCHES:
+        util = a.gpu_util
+        if util is not None and util < GPU_BUSY_TARGET:
+            return Verdict(
+                "idle-gpu",
+                f"idle GPU ({util:.0f}% busy) and {a.batches} DataLoader batches in {a.duration_s:.0f} s",
+                tuple(_idle_causes(a)),
+                (),
+                None,
+                measures,
+            )
+        return Verdict(
+            "no-training-loop",
+            f"no training loop seen: {a.batches} DataLoader batches in {a.duration_s:.1f} s"
+            + ("" if a.ranks or a.others else " (no Python process of the job imported torch)"),
+            (
+                Cause(
+                    "no-loop",
+                    f"the hook saw fewer than {MIN_BATCHES} batches from torch.utils.data.DataLoader",
+                    "give it a longer --seconds window, or the job does not iterate a torch DataLoader "
+                    "(its own loader, or not Python: the hook is loaded by Python's site module)",
+                ),
+            ),
+            (),
+            None,
+            measures,
+        )
+    kind, causes, headline = _loop_kind(a)
+    return Verdict(kind, headline, tuple(causes), tuple(_findings(a, kind)), None, measures)
