@@ -25,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
+
+from machine import describe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBSITE = os.path.join(ROOT, "hostcheck", "inside", "jobsite")
@@ -131,16 +132,7 @@ def in_process(size: str, blocks: int, block: int, script: str) -> list[tuple[fl
 
 
 def machine() -> str:
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return (
-        f"{platform.node()}: {cpu or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"torch {_torch_version()}"
-    )
+    return f"{describe()}, torch {_torch_version()}"
 
 
 def _torch_version() -> str:

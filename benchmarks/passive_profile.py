@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+from machine import describe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -36,13 +37,7 @@ def once(argv: list[str]) -> tuple[float, int, str]:
 
 
 def machine() -> str:
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return f"{platform.node()}: {cpu or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    return describe()
 
 
 def main(argv: list[str] | None = None) -> int:
