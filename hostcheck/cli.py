@@ -231,8 +231,8 @@ def run(args: argparse.Namespace) -> int:
         checks = select(all_checks(), _split(args.only), _split(args.skip), args.quick)
     except ValueError as exc:
         raise ArgumentError(None, str(exc)) from None
-    named = [c.id for c in checks if c.id.lower() in {x.lower() for x in _split(args.only)}]
-    outside = [i for i in named if not profile.allows(next(c for c in checks if c.id == i).needs)]
+    named = {x.lower() for x in _split(args.only)}
+    outside = [c.id for c in checks if c.id.lower() in named and not profile.allows(c.needs)]
     if outside:
         raise ArgumentError(
             None,

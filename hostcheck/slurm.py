@@ -121,10 +121,8 @@ def apply(
 
 
 def _why(r: Any) -> str:
-    if isinstance(r, CmdResult):
-        return (
-            (r.stderr or r.stdout).strip().splitlines()[-1:][0]
-            if (r.stderr or r.stdout).strip()
-            else f"rc {r.rc}"
-        )
-    return str(getattr(r, "reason", r))
+    """scontrol's last line of complaint, its exit code when it said nothing, or why it could not run."""
+    if not isinstance(r, CmdResult):
+        return str(getattr(r, "reason", r))
+    said = (r.stderr or r.stdout).strip()
+    return said.splitlines()[-1] if said else f"rc {r.rc}"
