@@ -52,8 +52,10 @@ SHM_FULL = 0.90
 DISK_BUSY = 0.80
 #: ... or the loaders spent this share of their time blocked on block I/O (delay accounting) ...
 BLKIO_SHARE = 0.20
-#: ... or tasks stalled on I/O this share of the time, node-wide (PSI io "some").
+#: ... or tasks stalled on I/O this share of the time, node-wide (PSI io "some"), while the job itself read
+#: from storage at least JOB_READ_MB_S: node-wide stalls alone may be another process's writeback (ours).
 PSI_IO_SHARE = 0.20
+JOB_READ_MB_S = 1.0
 #: Epoch starts that wait this long on average for new workers call for persistent_workers=True (ours).
 EPOCH_START_WAIT_S = 1.0
 
@@ -307,9 +309,11 @@ def _storage_evidence(a: Analysis) -> str | None:
     blk = a.io.get("loader_blkio_share")
     if blk is not None and blk >= BLKIO_SHARE:
         parts.append(f"the loaders were blocked on disk reads {pct(blk)} of the time")
-    psi = a.io.get("psi_io_some")
-    if psi is not None and psi >= PSI_IO_SHARE:
-        parts.append(f"tasks stalled on I/O {pct(psi)} of the time (PSI)")
+    psi, read = a.io.get("psi_io_some"), a.io.get("job_read_mb_s")
+    if psi is not None and psi >= PSI_IO_SHARE and read is not None and read >= JOB_READ_MB_S:
+        parts.append(
+            f"the job read {read:g} MB/s from storage while tasks stalled on I/O {pct(psi)} of the time (PSI)"
+        )
     return "; ".join(parts) or None
 
 

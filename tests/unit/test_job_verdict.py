@@ -138,6 +138,20 @@ def test_input_bound_on_a_busy_disk_is_storage():
     assert "system.E005" in v.causes[0].fix
 
 
+def test_node_wide_io_stalls_are_storage_only_when_the_job_reads_from_storage():
+    """PSI is node-wide: another process's writeback must not be blamed on a job that read nothing."""
+    io = {"job_read_mb_s": 0.0, "loader_blkio_share": None, "psi_io_some": 0.6, "devices": ()}
+    v = judge(analysis(ranks=(rank(wait_share=0.5, num_workers=0),), gpu_util=35.0, io=io))
+    assert ids(v.causes) == ["too-few-workers"]
+    v = judge(
+        analysis(
+            ranks=(rank(wait_share=0.5, num_workers=0),), gpu_util=35.0, io={**io, "job_read_mb_s": 40.0}
+        )
+    )
+    assert ids(v.causes)[0] == "storage"
+    assert "the job read 40 MB/s from storage while tasks stalled on I/O 60%" in v.causes[0].evidence
+
+
 def test_a_wait_nothing_explains_says_so():
     v = judge(analysis(ranks=(rank(wait_share=0.2, num_workers=32),), gpu_util=70.0))
     assert ids(v.causes) == ["unexplained-wait"]
