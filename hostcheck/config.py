@@ -21,6 +21,7 @@ from typing import Any
 
 DEFAULT_PATH = "/etc/gpunode/hostcheck.toml"
 XID_DATA = Path(__file__).resolve().parent / "data" / "xid.json"
+THRESHOLDS_DATA = Path(__file__).resolve().parent / "data" / "thresholds.json"
 PROFILE_NAMES = ("passive", "prolog", "epilog", "full", "burnin")
 FAIL_LEVELS = ("warn", "fail", "none")
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
@@ -62,13 +63,39 @@ class XidPolicy:
         return self.unlisted
 
 
+def _threshold_defaults(path: Path) -> dict[str, Any]:
+    """name -> value from the shipped thresholds (hostcheck/data/thresholds.json: each row with its source and
+    why). Read once, at import: a malformed file raises ValueError naming it, never a silent default."""
+    try:
+        rows = json.loads(path.read_text())["thresholds"]
+        out: dict[str, Any] = {}
+        for row in rows:
+            name, value = row["name"], row["value"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name}: value must be a positive number")
+            if not all(isinstance(row.get(k), str) and row[k].strip() for k in ("unit", "source", "why")):
+                raise ValueError(f"{name}: unit, source and why must be non-empty strings")
+            if name in out:
+                raise ValueError(f"{name}: duplicate row")
+            out[name] = value
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    return out
+
+
+_THRESHOLD_DEFAULTS = _threshold_defaults(THRESHOLDS_DATA)
+
+
 @dataclass(frozen=True)
 class Thresholds:
-    gpu_temp_warn_c: float = 80.0
-    #: Meta GCM's critical GPU temperature (facebookresearch/gcm health checks).
-    gpu_temp_fail_c: float = 84.0
-    #: NVIDIA's RMA guidance for page retirement: 60 or more retired pages (NVIDIA GPU memory error management).
-    retired_pages_fail: int = 60
+    """The [thresholds] of the configuration; the defaults are hostcheck/data/thresholds.json's rows."""
+
+    #: hostcheck's own margin, 4 C under the fail line.
+    gpu_temp_warn_c: float = float(_THRESHOLD_DEFAULTS["gpu_temp_warn_c"])
+    #: Meta GCM's critical GPU temperature.
+    gpu_temp_fail_c: float = float(_THRESHOLD_DEFAULTS["gpu_temp_fail_c"])
+    #: Retired pages (single + double bit) from which a GPU fails: the RMA line.
+    retired_pages_fail: int = int(_THRESHOLD_DEFAULTS["retired_pages_fail"])
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,15 @@ def test_the_wheel_builds_and_installs_without_an_index(tmp_path: Path):
         [venv / "bin/python", "-c", read], check=True, capture_output=True, text=True, cwd=tmp_path
     )
     assert json.loads(out.stdout) == json.loads(SCHEMA.read_text())
+    # Every data file ships: the installed package reads its SKU table and threshold defaults at import.
+    data = {p.name for p in (ROOT / "hostcheck" / "data").glob("*.json")}
+    shipped = {Path(n).name for n in zipfile.ZipFile(wheel).namelist() if n.startswith("hostcheck/data/")}
+    assert {"gpu_skus.json", "thresholds.json", "xid.json", "platform.json"} <= data <= shipped
+    used = (
+        "from hostcheck.checks.workload import sku; from hostcheck.config import Thresholds; "
+        "print(sku.lookup('NVIDIA H100 80GB HBM3').key, Thresholds().retired_pages_fail)"
+    )
+    out = subprocess.run(
+        [venv / "bin/python", "-c", used], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.split() == ["h100-sxm", "60"]

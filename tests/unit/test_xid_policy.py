@@ -3,7 +3,9 @@ from the configuration (gpu.E009, gpu.E006), and a site's [[gpu_models]] figures
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import hostcheck_scenarios as S
 import pytest
@@ -170,6 +172,51 @@ def test_gather_passes_the_configured_window_to_the_system_gatherer(monkeypatch)
 
 
 # --------------------------------------------------------------------------------------- thresholds
+
+
+def test_every_threshold_row_says_where_it_comes_from_and_is_the_default():
+    data = json.loads(config.THRESHOLDS_DATA.read_text())
+    assert data["schema"] == 1 and data["about"].strip()
+    rows = {r["name"]: r for r in data["thresholds"]}
+    assert len(rows) == len(data["thresholds"]), "duplicate threshold rows"
+    defaults = config.Thresholds()
+    assert set(rows) == set(dataclasses.asdict(defaults))
+    for name, r in rows.items():
+        assert r["check"] in REGISTRY and r["unit"].strip() and r["why"].strip(), name
+        value = getattr(defaults, name)
+        assert type(r["value"]) is type(value) and r["value"] == value > 0, name
+        # A public figure names its public source; hostcheck's own choice says so and why.
+        assert r["basis"] in ("public", "own"), name
+        if r["basis"] == "public":
+            assert r["source"].startswith(URL), name
+        else:
+            assert r["source"].strip() and "own" in r["why"], name
+        assert all(u.startswith(URL) for u in r.get("see", [])), name
+    assert defaults.gpu_temp_warn_c < defaults.gpu_temp_fail_c
+    assert (defaults.gpu_temp_warn_c, defaults.gpu_temp_fail_c, defaults.retired_pages_fail) == (
+        80.0,
+        84.0,
+        60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda rows: rows[0].update(value=-1), "gpu_temp_warn_c: value must be a positive number"),
+        (lambda rows: rows[1].update(value="84"), "gpu_temp_fail_c: value must be a positive number"),
+        (lambda rows: rows[2].update(source=""), "retired_pages_fail: unit, source and why"),
+        (lambda rows: rows.append(dict(rows[0])), "gpu_temp_warn_c: duplicate row"),
+        (lambda rows: rows[0].pop("value"), "'value'"),
+    ],
+)
+def test_a_malformed_thresholds_file_fails_loudly(tmp_path, change, said):
+    data = json.loads(config.THRESHOLDS_DATA.read_text())
+    change(data["thresholds"])
+    path = tmp_path / "thresholds.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: ") + ".*" + re.escape(said)):
+        config._threshold_defaults(path)
 
 
 def test_temperature_thresholds_come_from_the_configuration():

@@ -1,0 +1,134 @@
+"""The built-in per-SKU figures: pinned (every Figure's value and its type, basis and source, each pattern and
+name, the row order and the reference efficiencies, against tests/unit/fixtures/sku_figures.json), and the data
+file they come from (hostcheck/data/gpu_skus.json) checked row by row."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostcheck.checks.workload import sku as S
+
+PINNED = json.loads((Path(__file__).resolve().parent / "fixtures" / "sku_figures.json").read_text())
+
+
+def _fig(f: S.Figure) -> list:
+    return [f.value, f.basis, f.source]
+
+
+def test_every_built_in_figure_is_the_pinned_one():
+    got = [
+        {
+            "key": s.key,
+            "match": pattern,
+            "name": s.name,
+            "matmul": {dt: _fig(f) for dt, f in s.matmul.items()},
+            "copy": _fig(s.copy_gbs),
+        }
+        for pattern, s in S.SKUS
+    ]
+    # JSON text tells 7164 from 7164.0, which == does not; sort_keys leaves the order of dtypes out of it.
+    assert [g["key"] for g in got] == [p["key"] for p in PINNED["skus"]]
+    for g, p in zip(got, PINNED["skus"]):
+        assert json.dumps(g, sort_keys=True) == json.dumps(p, sort_keys=True), g["key"]
+
+
+def test_the_reference_efficiencies_are_the_pinned_ones():
+    assert PINNED["efficiency"] == {**S.EFF, "copy": S.EFF_COPY}
+
+
+# ------------------------------------------------------------------------------------------- data file
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def test_every_sku_row_names_its_match_key_name_and_sources():
+    data = json.loads(S.DATA_PATH.read_text())
+    assert data["schema"] == 1 and data["about"].strip() and data["source"].strip()
+    ref = data["reference"]
+    assert ref["node"].strip() and ref["source"].strip()
+    assert set(ref["matmul"]) == set(S.DTYPES)
+    assert all(_number(r["measured"]) and _number(r["peak"]) for r in ref["matmul"].values())
+    assert _number(ref["copy"]["measured_tbs"]) and _number(ref["copy"]["peak_tbs"])
+    keys = [row["key"] for row in data["skus"]]
+    assert len(keys) == len(set(keys)) and keys == [s.key for _, s in S.SKUS]
+    for row in data["skus"]:
+        for field in ("match", "key", "name", "note"):
+            assert isinstance(row[field], str) and row[field].strip(), (row.get("key"), field)
+        re.compile(row["match"], re.IGNORECASE)
+        peaks, named = row.get("matmul_peaks", {}), row.get("matmul", {})
+        assert peaks or named, row["key"]
+        if peaks:
+            assert peaks["source"].strip(), row["key"]
+            assert all(dt in S.DTYPES and _number(v) for dt, v in peaks.items() if dt != "source"), row["key"]
+        for dt, fig in [*named.items(), *([("copy", row["copy"])] if "copy" in row else [])]:
+            assert _number(fig["value"]) and fig["basis"] in (S.MEASURED, S.PUBLISHED, S.ESTIMATE), (
+                row["key"],
+                dt,
+            )
+            assert fig["source"].strip(), (row["key"], dt)
+        if "copy_peak" in row:
+            assert _number(row["copy_peak"]["tbs"]) and row["copy_peak"]["source"].strip(), row["key"]
+        assert "copy" in row or "copy_peak" in row, row["key"]
+    # The published figures name the public table they come from.
+    assert "https://github.com/stas00/ml-engineering" in data["source"]
+
+
+def _broken(tmp_path: Path, change) -> Path:
+    data = json.loads(S.DATA_PATH.read_text())
+    change(data)
+    path = tmp_path / "gpu_skus.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda d: d["skus"][0].update(match="H100(("), "skus[0] (gb200): match is not a regular expression"),
+        (lambda d: d["skus"][1]["matmul_peaks"].update(bf16=-1), "skus[1] (b200): matmul_peaks.bf16"),
+        (lambda d: d["skus"][1]["matmul_peaks"].update(bf16="2250"), "skus[1] (b200): matmul_peaks.bf16"),
+        (lambda d: d["skus"][1]["matmul_peaks"].pop("source"), "skus[1] (b200): matmul_peaks: source"),
+        (
+            lambda d: d["skus"][2]["matmul"]["bf16"].update(source=" "),
+            "skus[2] (h100-sxm): matmul.bf16: source",
+        ),
+        (lambda d: d["skus"][2]["copy"].update(basis="guess"), "skus[2] (h100-sxm): copy: basis"),
+        (lambda d: d["skus"][3].pop("note"), "skus[3]: note"),
+        (lambda d: d["skus"][3].update(matmul_peak={}), "skus[3]: unknown keys ['matmul_peak']"),
+        (lambda d: d["skus"][4].update(key="h100-nvl"), "skus: duplicate keys"),
+        (lambda d: d["reference"]["matmul"].pop("tf32"), "reference.matmul.tf32"),
+        (lambda d: d.update(skus=[]), "skus: a non-empty list"),
+    ],
+)
+def test_a_malformed_data_file_fails_loudly_naming_the_row(tmp_path, change, said):
+    path = _broken(tmp_path, change)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {said}")):
+        S._load(path)
+
+
+def test_a_malformed_data_file_fails_the_import(tmp_path):
+    """The table is read at import: a broken data file stops hostcheck there, never a silent empty table."""
+    pkg = tmp_path / "hostcheck"
+    shutil.copytree(S.DATA_PATH.parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    bad = json.loads(S.DATA_PATH.read_text())
+    bad["skus"][0]["matmul_peaks"]["fp32"] = 0
+    (pkg / "data" / "gpu_skus.json").write_text(json.dumps(bad))
+    out = subprocess.run(
+        [sys.executable, "-c", "import hostcheck.checks.workload.sku"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert "ValueError" in out.stderr and "skus[0] (gb200): matmul_peaks.fp32" in out.stderr
