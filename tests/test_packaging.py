@@ -89,6 +89,63 @@ def test_the_galaxy_ignore_list_keeps_the_checkout_symlink_out():
     assert "collections" in GALAXY["build_ignore"], "the symlink back to the root would nest the collection"
 
 
+def _exported_filters() -> dict[str, object]:
+    """name -> function of every filter the FilterModules under plugins/filter export."""
+    import importlib.util
+
+    out = {}
+    for path in sorted((ROOT / "plugins" / "filter").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"gpunode_filter_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        out.update(mod.FilterModule().filters())
+    return out
+
+
+def _ansible_doc(*args: str) -> subprocess.CompletedProcess:
+    """ansible-doc with this checkout's ansible.cfg, whose collections_path finds gpunode.node through collections/."""
+    doc = shutil.which("ansible-doc") or str(Path(sys.executable).with_name("ansible-doc"))
+    if not Path(doc).exists():
+        pytest.skip("ansible-doc is not installed")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    return subprocess.run([doc, "-t", "filter", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def test_every_filter_has_documentation_ansible_doc_renders():
+    """One plugins/filter/<name>.yml per filter (the sidecar ansible-doc reads for a file of several filters), with
+    the Python signature's arguments as its options, _input first."""
+    import inspect
+
+    filters = _exported_filters()
+    assert filters, "no filters found under plugins/filter"
+    sidecars = {p.stem for p in (ROOT / "plugins" / "filter").glob("*.yml")}
+    assert sidecars == set(filters), (
+        f"filters without plugins/filter/<name>.yml: {sorted(set(filters) - sidecars)}; "
+        f"docs for no filter: {sorted(sidecars - set(filters))}"
+    )
+
+    listing = _ansible_doc("-l", "gpunode.node")
+    assert listing.returncode == 0, listing.stderr
+    assert "UNDOCUMENTED" not in listing.stdout, listing.stdout
+    listed = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
+    assert listed == {f"gpunode.node.{name}" for name in filters}, listing.stdout
+
+    names = [f"gpunode.node.{name}" for name in sorted(filters)]
+    rendered = _ansible_doc("--json", *names)
+    assert rendered.returncode == 0, rendered.stderr
+    docs = json.loads(rendered.stdout)
+    for fqcn in names:
+        name = fqcn.rpartition(".")[2]
+        assert fqcn in docs, f"ansible-doc has no documentation for {fqcn}: {rendered.stderr}"
+        doc = docs[fqcn]["doc"]
+        assert str(doc.get("short_description") or "").strip(), f"{fqcn} has no short_description"
+        assert doc["name"] == name and doc["version_added"] == GALAXY["version"], fqcn
+        assert Path(doc["filename"]).resolve() == ROOT / "plugins" / "filter" / f"{name}.yml", doc["filename"]
+        assert docs[fqcn]["examples"] and docs[fqcn]["return"]["_value"]["type"], f"{fqcn}: EXAMPLES, RETURN"
+        params = list(inspect.signature(filters[name]).parameters)
+        assert set(doc["options"]) == {"_input", *params[1:]}, f"{fqcn}: options vs {params}"
+
+
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory) -> Path:
     """The collection as ansible-galaxy builds it, unpacked."""
@@ -129,6 +186,10 @@ def test_the_collection_carries_what_runs_and_nothing_of_the_tests(collection: P
         "CHANGELOG.md",
     ):
         assert (collection / needed).is_file(), f"{needed} is missing from the collection"
+    for doc in (ROOT / "plugins" / "filter").glob("*.yml"):  # the filters' ansible-doc documentation
+        assert (collection / "plugins" / "filter" / doc.name).is_file(), (
+            f"{doc.name} is missing from the collection"
+        )
     for left_out in ("tests", "molecule", "collections", "scripts", ".venv", "reports", "ansible.cfg"):
         assert not (collection / left_out).exists(), f"{left_out} is in the collection"
     assert not list(collection.rglob("__pycache__"))
