@@ -196,7 +196,7 @@ def test_every_threshold_row_says_where_it_comes_from_and_is_the_default():
     assert (defaults.gpu_temp_warn_c, defaults.gpu_temp_fail_c, defaults.retired_pages_fail) == (
         80.0,
         84.0,
-        60,
+        63,
     )
 
 
@@ -236,6 +236,13 @@ def test_retired_page_limit_comes_from_the_configuration():
     conf = cfg({"thresholds": {"retired_pages_fail": 20}})
     r = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=gpus), options=Options(config=conf)))["gpu.E006"]
     assert r.status == Status.FAIL and "RMA threshold 20" in r.message
+
+
+@pytest.mark.parametrize(("per_cause", "status"), [(31, Status.WARN), (32, Status.FAIL)])
+def test_the_default_retired_page_limit_is_dcgm_s(per_cause, status):
+    """62 retired pages warn, 64 fail: DCGM's limit is 63 or more (the fake answers both causes alike)."""
+    gpus = S.gpus_with(0, retired=list(range(per_cause)), retired_pending=0)
+    assert judge(S.make_snapshot(nvml=S.FakeNvml(gpus=gpus)))["gpu.E006"].status == status
 
 
 # ---------------------------------------------------------------------------------- site GPU models
