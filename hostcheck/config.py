@@ -94,7 +94,7 @@ class Thresholds:
     gpu_temp_warn_c: float = float(_THRESHOLD_DEFAULTS["gpu_temp_warn_c"])
     #: Meta GCM's critical GPU temperature.
     gpu_temp_fail_c: float = float(_THRESHOLD_DEFAULTS["gpu_temp_fail_c"])
-    #: Retired pages (single + double bit) from which a GPU fails: the RMA line.
+    #: Retired pages (single + double bit) from which a GPU fails: DCGM's limit.
     retired_pages_fail: int = int(_THRESHOLD_DEFAULTS["retired_pages_fail"])
 
 

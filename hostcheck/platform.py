@@ -465,7 +465,11 @@ def node_plan(
 
     # CUDA toolkit, cuDNN and NCCL follow torch's CUDA major.
     cuda_on = bool(cuda.get("enabled", True))
-    want = cuda_normalize(cuda.get("version") or "")
+    try:
+        want = cuda_normalize(cuda.get("version") or "")
+    except ValueError as exc:
+        errors.append(f"gpunode_cuda_version: {exc} (major.minor such as 13.0, or empty to follow torch)")
+        return plan
     if want in ("", CPU):
         want = cuda_ver if cuda_ver != CPU else ""
     major = want.split(".")[0] if want else ""

@@ -202,6 +202,11 @@ def test_a_cuda_version_of_another_major_is_refused():
     )
 
 
+@pytest.mark.parametrize("version", ["abc", "thirteen", "13"])
+def test_a_malformed_cuda_version_is_a_plan_error_not_an_exception(version):
+    refused(plan(cuda={"version": version}), "gpunode_cuda_version", "not a CUDA version")
+
+
 def test_distro_toolkit_must_share_torchs_major():
     # Debian 12's archive toolkit is 11.8; the old fact recorded the requested version instead.
     refused(
