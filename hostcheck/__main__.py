@@ -1,8 +1,6 @@
 """``python -m hostcheck``: the ``hostcheck`` command (hostcheck.command)."""
 
-import sys
-
-from hostcheck.command import main
+from hostcheck.command import entry_point
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

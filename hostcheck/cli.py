@@ -380,6 +380,9 @@ class _Watchdog:
     def __exit__(self, *exc: object) -> None:
         if self.timer is not None:
             self.timer.cancel()
+            # Let the timer's thread end now rather than wake while the interpreter finalizes.
+            with contextlib.suppress(RuntimeError):  # never started
+                self.timer.join(1.0)
 
     def fire(self) -> None:
         with contextlib.suppress(Exception):

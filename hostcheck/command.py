@@ -36,6 +36,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -281,6 +282,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv, signals)
     finally:
         signals.restore()
+
+
+def entry_point() -> NoReturn:
+    """The ``hostcheck`` console script and ``python -m hostcheck``: :func:`main`, then leave the process.
+
+    A daemon thread still alive here (a gatherer or check abandoned at its deadline) may wake while the
+    interpreter finalizes; CPython then ends it with pthread_exit, for which glibc loads libgcc_s, and under
+    a tight address-space limit (ulimit -v) that load fails and glibc aborts the process (exit -6). With such
+    a thread alive, the streams are flushed and the process leaves without finalizing: the exit code stands.
+    """
+    code = main()
+    if any(t.daemon and t.is_alive() for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # closed or broken: main already said what it could
+                if stream is not None:
+                    stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _main(argv: list[str], signals: _Signals) -> int:

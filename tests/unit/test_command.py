@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import hostcheck_scenarios as S
 import pytest
@@ -652,3 +653,40 @@ def test_no_private_name_crosses_between_commands_and_imports_are_at_the_top(mod
         if imported.startswith("hostcheck") and not top:
             # The one exception: the old entry points call hostcheck.command, which imports their module.
             assert (imported, names) == ("hostcheck.command", ["main"]), f"{module}:{node.lineno} {imported}"
+
+
+# A report printed, then daemon threads that wake while the interpreter finalizes, with no address space left:
+# CPython ends them with pthread_exit, glibc cannot load libgcc_s for it and aborts ("libgcc_s.so.1 must be
+# installed for pthread_exit to work", exit -6: once in CI under `ulimit -v`).
+ABANDONED_THREADS = """
+import resource, sys, threading, time
+from hostcheck import command
+
+def spin():
+    while True:
+        time.sleep(0.001)
+
+def main():
+    for _ in range(4):
+        threading.Thread(target=spin, daemon=True).start()
+    print("the report", end="")  # buffered: entry_point must flush it
+    vm = int(next(ln for ln in open("/proc/self/status") if ln.startswith("VmSize")).split()[1]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm, resource.RLIM_INFINITY))
+    return 3
+
+command.main = main
+command.entry_point()
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
+def test_the_exit_code_and_the_report_stand_when_abandoned_threads_wake_at_exit():
+    for _ in range(3):
+        p = subprocess.run(
+            [sys.executable, "-c", ABANDONED_THREADS],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(Path(command.__file__).parents[1])},
+        )
+        assert (p.returncode, p.stdout, p.stderr) == (3, "the report", "")
