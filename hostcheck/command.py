@@ -278,10 +278,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     signals = _Signals()
     signals.install()
+    hook, threading.excepthook = threading.excepthook, _thread_failed
     try:
         return _main(argv, signals)
     finally:
+        threading.excepthook = hook
         signals.restore()
+
+
+def _thread_failed(args: Any) -> None:
+    """A worker thread that failed outside its own handler (no memory left to record its error): what it
+    was doing is an error in the report already; one line on stderr, never a traceback."""
+    with contextlib.suppress(BaseException):
+        name = getattr(args.thread, "name", "?")
+        sys.stderr.write(f"{PROG}: error: thread {name} ended with {args.exc_type.__name__}\n")
 
 
 def entry_point() -> NoReturn:

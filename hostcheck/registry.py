@@ -190,7 +190,10 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, An
             box["value"] = fn()
         except BaseException as exc:  # the thread must never die silently
             box["exc"] = exc
-            box["tb"] = traceback.format_exc()
+            try:
+                box["tb"] = traceback.format_exc()
+            except BaseException:  # no memory left even to format it (ulimit -v): the exception is enough
+                box["tb"] = ""
 
     t = threading.Thread(target=target, daemon=True, name="hostcheck-call")
     try:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -690,3 +691,17 @@ def test_the_exit_code_and_the_report_stand_when_abandoned_threads_wake_at_exit(
             env={**os.environ, "PYTHONPATH": str(Path(command.__file__).parents[1])},
         )
         assert (p.returncode, p.stdout, p.stderr) == (3, "the report", "")
+
+
+def test_a_thread_that_fails_outside_its_handler_says_one_line_and_main_restores_the_hook(capsys):
+    hook = threading.excepthook
+    assert command.main(["--version"]) == 0 and threading.excepthook is hook
+    threading.excepthook = command._thread_failed
+    try:
+        t = threading.Thread(target=lambda: 1 / 0, name="worker")
+        t.start()
+        t.join()
+    finally:
+        threading.excepthook = hook
+    err = capsys.readouterr().err
+    assert err == "hostcheck: error: thread worker ended with ZeroDivisionError\n"
