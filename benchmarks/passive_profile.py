@@ -36,10 +36,6 @@ def once(argv: list[str]) -> tuple[float, int, str]:
     return time.perf_counter() - t0, p.returncode, p.stdout.strip() or p.stderr.strip()
 
 
-def machine() -> str:
-    return describe()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30)
@@ -55,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
     deadline = PROFILES["passive"].deadline_s
     out = {
-        "machine": machine(),
+        "machine": describe(),
         "runs": len(times),
         "median_s": round(statistics.median(times), 3),
         "p95_s": round(p95, 3),

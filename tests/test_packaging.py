@@ -6,6 +6,7 @@ way a site gets it: without an index.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -89,16 +90,19 @@ def test_the_galaxy_ignore_list_keeps_the_checkout_symlink_out():
     assert "collections" in GALAXY["build_ignore"], "the symlink back to the root would nest the collection"
 
 
+def _filter_plugin(path: Path, name: str):
+    """A filter plugin file loaded as Ansible loads it: by path, not from a package."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _exported_filters() -> dict[str, object]:
     """name -> function of every filter the FilterModules under plugins/filter export."""
-    import importlib.util
-
     out = {}
     for path in sorted((ROOT / "plugins" / "filter").glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"gpunode_filter_{path.stem}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        out.update(mod.FilterModule().filters())
+        out.update(_filter_plugin(path, f"gpunode_filter_{path.stem}").FilterModule().filters())
     return out
 
 
@@ -196,13 +200,7 @@ def test_the_collection_carries_what_runs_and_nothing_of_the_tests(collection: P
 
 
 def test_the_collection_filter_finds_hostcheck_platform_inside_the_collection(collection: Path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "installed_filter", collection / "plugins/filter/gpunode_platform.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _filter_plugin(collection / "plugins/filter/gpunode_platform.py", "installed_filter")
     assert Path(mod._PATH).resolve() == (collection / "hostcheck" / "platform.py").resolve()
     assert "gpunode_node_plan" in mod.FilterModule().filters()
 
