@@ -32,9 +32,47 @@ _cache: dict[str, Any] | None = None
 # --- small parsers -------------------------------------------------------------------------------
 
 
+# PEP 440's version syntax (its appendix regex, less epoch and local labels, which these versions never carry in an
+# order that matters): release, then pre (a|b|rc), post and dev segments, in any of their spellings.
+_PEP440 = re.compile(
+    r"(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d+)?)?"
+    r"(?P<post>-(?P<post_n1>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post_n2>\d+)?)?"
+    r"(?P<dev>[-_.]?dev[-_.]?(?P<dev_n>\d+)?)?",
+    re.IGNORECASE,
+)
+_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+_RELEASE_WIDTH = 8  # release segments compared after padding with zeros (PEP 440: 2.11 == 2.11.0)
+_ABSENT = 10**9  # a release without .devN sorts after its dev releases
+
+
 def vtuple(version: Any) -> tuple[int, ...]:
-    """'580.65.06' -> (580, 65, 6); anything without digits -> ()."""
-    return tuple(int(p) for p in re.findall(r"\d+", str(version or "")))
+    """A sort key in PEP 440 order: '2.11.0.dev1' < '2.11.0a1' < '2.11.0b1' < '2.11.0rc1' < '2.11.0' < '2.11.0.post1'.
+
+    The first version in the text counts ('580.65.06'; 'cu130' -> 130; 'python3.11' -> 3.11); a local label
+    ('+cu130') is ignored; anything without digits -> (). Standard library only (hostcheck runs on the node, where
+    packaging may be absent); the tests hold it against packaging.version where that is importable.
+    """
+    m = _PEP440.search(str(version or ""))
+    if not m:
+        return ()
+    release = [int(p) for p in m.group("release").split(".")]
+    release += [0] * (_RELEASE_WIDTH - len(release))
+    if m.group("pre_l"):
+        pre = (_PRE[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
+    elif m.group("dev") and not m.group("post"):
+        pre = (-1, 0)  # X.devN sorts before X.aN
+    else:
+        pre = (3, 0)  # a final release sorts after its pre-releases
+    post = int(m.group("post_n1") or m.group("post_n2") or 0) if m.group("post") else -1
+    dev = int(m.group("dev_n") or 0) if m.group("dev") else _ABSENT
+    return (*release, *pre, post, dev)
+
+
+def release_tuple(version: Any) -> tuple[int, ...]:
+    """The release segment alone, as written: '580.65.06' -> (580, 65, 6); '2.11.0rc1' -> (2, 11, 0); none -> ()."""
+    m = _PEP440.search(str(version or ""))
+    return tuple(int(p) for p in m.group("release").split(".")) if m else ()
 
 
 def torch_minor(torch_version: Any) -> str:
@@ -125,10 +163,9 @@ def min_driver(data: dict, cuda: Any, policy: str = "compat") -> str:
 
 def driver_satisfies(driver: Any, required: Any) -> bool:
     """A driver version, or a bare branch ('580' = the newest of the branch), against a minimum."""
-    have = vtuple(driver)
-    if len(have) == 1:
-        have = (have[0], 10**6)
-    return have >= vtuple(required)
+    if re.fullmatch(r"\s*\d+\s*", str(driver or "")):
+        return int(str(driver)) >= (release_tuple(required) or (0,))[0]
+    return vtuple(driver) >= vtuple(required)
 
 
 def gpu(data: dict, device_id: Any) -> dict:

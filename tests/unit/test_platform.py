@@ -327,3 +327,51 @@ def test_the_roles_filter_is_this_module():
     filters = mod.FilterModule().filters()
     inputs = {"os": ROCKY9, "gpus": [H100], "torch": {"version": "2.13.0"}, "cuda": {"source": "pip"}}
     assert filters["gpunode_node_plan"](inputs) == pf.node_plan(**inputs)
+
+
+# --- version order (PEP 440) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lower", "higher"),
+    [
+        ("2.11.0rc1", "2.11.0"),
+        ("2.11.0", "2.11.0.post1"),
+        ("2.11.0.dev1", "2.11.0a1"),
+        ("2.11.0a1", "2.11.0b1"),
+        ("2.11.0b1", "2.11.0rc1"),
+        ("2.11.0rc1", "2.11.0rc2"),
+        ("2.10.9", "2.11.0.dev0"),
+        ("2.11.0a1.dev1", "2.11.0a1"),
+        ("2.11.0.post1.dev1", "2.11.0.post1"),
+        ("580.65.06", "580.95.05"),
+        ("575.57.08", "580.65.06"),
+        ("3.9", "3.10"),
+    ],
+)
+def test_vtuple_sorts_in_pep440_order(lower, higher):
+    # Old vtuple took every digit run: 2.11.0rc1 -> (2, 11, 0, 1) sorted above 2.11.0 -> (2, 11, 0).
+    assert pf.vtuple(lower) < pf.vtuple(higher)
+
+
+def test_vtuple_agrees_with_packaging_where_it_is_importable():
+    version = pytest.importorskip("packaging.version")
+    texts = [
+        "2.11.0rc1", "2.11.0", "2.11", "2.11.0.post1", "2.11.0.dev3", "2.11.0a1", "2.11.0b2", "2.11.0rc2",
+        "2.11.0a1.dev1", "2.11.0.post1.dev2", "2.11.0a1.post1", "1.0-1", "1.0.post", "580.65.06", "13", "2.9.1",
+    ]  # fmt: skip
+    mine = sorted(texts, key=pf.vtuple)
+    assert [version.Version(t) for t in mine] == sorted(version.Version(t) for t in texts)
+    # Equal versions compare equal, as PEP 440 says (trailing zeros; a local label does not order here).
+    assert pf.vtuple("2.11") == pf.vtuple("2.11.0") and pf.vtuple("2.13.0+cu130") == pf.vtuple("2.13.0")
+
+
+def test_vtuple_reads_the_first_version_in_a_name():
+    assert pf.vtuple("") == () and pf.vtuple("latest") == ()
+    assert pf.vtuple("python3.11") == pf.vtuple("3.11") and pf.vtuple("cu130") > pf.vtuple("cu128")
+    assert pf.release_tuple("580.65.06") == (580, 65, 6) and pf.release_tuple("2.11.0rc1") == (2, 11, 0)
+
+
+def test_a_bare_branch_is_the_newest_of_its_branch():
+    assert pf.driver_satisfies("580", "580.65.06") and not pf.driver_satisfies("575", "580.65.06")
+    assert pf.driver_satisfies("580.95.05", "580.65.06") and not pf.driver_satisfies("580.65.05", "580.65.06")
