@@ -135,19 +135,49 @@ def _merge(base: Any, extra: Any) -> Any:
 
 
 def load(overrides: Any = None, path: Path | None = None) -> dict[str, Any]:
-    """The platform data, with `overrides` (same shape, any subset) merged in."""
+    """The platform data, with `overrides` (same shape, any subset) merged in; ValueError for data that
+    :func:`validate` refuses (the file's or the merged result)."""
     global _cache
     if path is not None:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+        validate(data)
     else:
         if _cache is None:
-            _cache = json.loads(DATA_PATH.read_text(encoding="utf-8"))
+            fresh = json.loads(DATA_PATH.read_text(encoding="utf-8"))
+            validate(fresh)
+            _cache = fresh
         data = _cache
     if overrides:
         if not isinstance(overrides, dict):
             raise ValueError("gpunode_platform_overrides must be a mapping shaped like platform.json")
-        return _merge(data, overrides)
+        merged = _merge(data, overrides)
+        validate(merged)
+        return merged
     return copy.deepcopy(data)
+
+
+def _range(value: Any, what: str) -> None:
+    """A [lowest, highest] pair of versions, lowest <= highest: an empty or open range is an error, never 'any'."""
+    if not (isinstance(value, list) and len(value) == 2 and all(vtuple(v) for v in value)):
+        raise ValueError(
+            f"{what} must be [lowest, highest] (two versions), not {value!r}: an empty range is no range"
+        )
+    if vtuple(value[0]) > vtuple(value[1]):
+        raise ValueError(f"{what} is empty: {value[0]} is above {value[1]}")
+
+
+def validate(data: dict) -> None:
+    """Refuse data that would read as "anything goes": a torch release without its Python range, a build without
+    its GPU architectures (only an 'extra' build, installed only when named, may leave them unpublished)."""
+    for minor, row in (data.get("torch") or {}).items():
+        if not isinstance(row, dict):
+            raise ValueError(f"torch {minor}: a row must be a mapping")
+        _range(row.get("python"), f"torch {minor}: python")
+        for tag, variant in (row.get("variants") or {}).items():
+            if not (variant or {}).get("sm") and (variant or {}).get("role") != "extra":
+                raise ValueError(
+                    f"torch {minor} {tag}: sm (its GPU architectures) is empty; an empty list is no list"
+                )
 
 
 def min_driver(data: dict, cuda: Any, policy: str = "compat") -> str:
@@ -224,14 +254,14 @@ def _ordered_variants(row: dict) -> list[str]:
 
 
 def _python_range(row: dict) -> tuple[str, str]:
-    """(lowest, highest) Python of a release; '' where the data has none (a planned release)."""
-    lo, hi, *_ = [*(row.get("python") or []), "", ""]
+    """(lowest, highest) Python of a release (the loader guarantees both)."""
+    lo, hi = row["python"]
     return str(lo), str(hi)
 
 
 def _python_fits(row: dict, python: str) -> bool:
     lo, hi = _python_range(row)
-    return (not lo or vtuple(python) >= vtuple(lo)) and (not hi or vtuple(python) <= vtuple(hi))
+    return vtuple(lo) <= vtuple(python) <= vtuple(hi)
 
 
 def node_plan(

@@ -8,6 +8,7 @@ above it says what the old code did.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -375,3 +376,50 @@ def test_vtuple_reads_the_first_version_in_a_name():
 def test_a_bare_branch_is_the_newest_of_its_branch():
     assert pf.driver_satisfies("580", "580.65.06") and not pf.driver_satisfies("575", "580.65.06")
     assert pf.driver_satisfies("580.95.05", "580.65.06") and not pf.driver_satisfies("580.65.05", "580.65.06")
+
+
+# --- Python ranges: an empty range is an error, ceilings are what released wheels have -------------------------
+
+
+@pytest.mark.parametrize("python", [[], ["3.10"], ["3.10", ""], None, ["3.14", "3.10"]])
+def test_an_empty_python_range_is_refused_by_the_loader(python, tmp_path):
+    # Old loader: 2.15's python [] read as "any Python", so EL8's Python 3.6 planned cu132 without a word.
+    data = pf.load()
+    data["torch"]["2.15"]["python"] = python
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"torch 2\.15: python"):
+        pf.load(path=path)
+    # The same row from inventory is a plan error, not an exception.
+    p = plan(torch={"version": "2.15.0"}, overrides={"torch": {"2.15": {"python": python}}})
+    refused(p, "gpunode_platform_overrides", "torch 2.15: python")
+
+
+def test_an_empty_architecture_list_is_refused_unless_the_build_is_extra():
+    p = plan(overrides={"torch": {"2.13": {"variants": {"cu130": {"role": "stable", "sm": []}}}}})
+    refused(p, "torch 2.13 cu130: sm")
+    assert DATA["torch"]["2.13"]["variants"]["cu129"] == {"role": "extra", "sm": []}
+
+
+def test_torch_215_on_el8_with_the_os_python_36_is_refused():
+    p = plan(
+        os=ROCKY8,
+        torch={"version": "2.15.0", "python": "/usr/bin/python3", "python_version": "3.6"},
+        driver={"branch": "580"},
+    )
+    text = refused(p, "supports Python 3.10 to 3.14", "3.6")
+    assert "gpunode_pytorch_python" in text and "python3.11" in text
+    # Absent the fault: the OS row's python3.11 is in range.
+    assert ok(plan(os=ROCKY8, torch={"version": "2.15.0", "cuda": "cu130"}, driver={"branch": "580"}))
+
+
+@pytest.mark.parametrize("minor", ["2.13", "2.14", "2.15"])
+def test_python_ceilings_are_what_released_wheels_have(minor):
+    # Old rows allowed 3.15 for 2.13/2.14 (RELEASE.md's text); test-infra keeps 3.15 out of released wheels.
+    assert DATA["torch"][minor]["python"] == ["3.10", "3.14"]
+    refused(plan(torch={"version": f"{minor}.0", "python": "python3.15"}, driver={"branch": "580"}), "3.15")
+    ok(
+        plan(
+            torch={"version": f"{minor}.0", "python": "python3.14", "cuda": "cu130"}, driver={"branch": "580"}
+        )
+    )
