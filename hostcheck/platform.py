@@ -14,6 +14,7 @@ holds the facts, each row with its public source; this module holds the logic:
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import re
 from pathlib import Path
@@ -198,6 +199,112 @@ def driver_satisfies(driver: Any, required: Any) -> bool:
     return vtuple(driver) >= vtuple(required)
 
 
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+def _today(today: Any = None) -> datetime.date:
+    if isinstance(today, datetime.date):
+        return today
+    if today:
+        return datetime.date.fromisoformat(str(today))
+    return datetime.date.today()
+
+
+def branch_lifecycle(data: dict, branch: Any, today: Any = None) -> dict:
+    """NVIDIA's lifecycle of a driver branch ('535', or a version '535.261.03'), from the data's driver_branches:
+    {branch, known, type, end_of_life ('June 2026', 'ended', ''), ended, source}. A branch is supported through the
+    month its end of life names; a branch the table lacks is known: False (never guessed)."""
+    major = release_tuple(branch)[:1]
+    key = str(major[0]) if major else ""
+    row = data.get("driver_branches", {}).get(key)
+    out = {"branch": key, "known": bool(row), "type": "", "end_of_life": "", "ended": False, "source": ""}
+    if not row:
+        return out
+    eol = str(row.get("end_of_life") or "")
+    ended = eol == "ended"
+    m = re.fullmatch(r"(\d{4})-(\d{2})", eol)
+    if m:
+        year, month = int(m.group(1)), int(m.group(2))
+        first_after = datetime.date(year + month // 12, month % 12 + 1, 1)
+        ended = _today(today) >= first_after
+        eol = f"{_MONTHS[month - 1]} {year}"
+    out.update(
+        type=str(row.get("type") or ""), end_of_life=eol, ended=ended, source=str(row.get("source", ""))
+    )
+    return out
+
+
+def branch_to_move_to(data: dict, archs: list[dict] | None = None, today: Any = None) -> str:
+    """The supported branch to move to: the default branch if NVIDIA still supports it and every GPU's architecture
+    takes it, else the long-term-support or production branch with the latest end of life that they take ('')."""
+    archs = archs or []
+
+    def fits(b: str) -> bool:
+        return all(
+            (not a.get("min_branch") or vtuple(b) >= vtuple(a["min_branch"]))
+            and (not a.get("max_branch") or vtuple(b) <= vtuple(a["max_branch"]))
+            for a in archs
+        )
+
+    live = [
+        b
+        for b, row in data.get("driver_branches", {}).items()
+        if row.get("type") in ("long-term support", "production")
+        and re.fullmatch(r"\d{4}-\d{2}", str(row.get("end_of_life") or ""))
+        and not branch_lifecycle(data, b, today)["ended"]
+        and fits(b)
+    ]
+    default = str(data["defaults"]["driver_branch"])
+    if default in live:
+        return default
+    return max(live, key=lambda b: (str(data["driver_branches"][b]["end_of_life"]), vtuple(b)), default="")
+
+
+def lifecycle_warning(data: dict, branch: Any, archs: list[dict], today: Any, fix_prefix: str = "") -> str:
+    """The warning for installing or running a branch NVIDIA no longer supports, or one not meant for production
+    ('' when the branch is supported); it names the branch to move to and the inventory variable that sets it."""
+    life = branch_lifecycle(data, branch, today)
+    if not life["known"]:
+        return (
+            f"driver branch {life['branch'] or branch} is not in the platform data's lifecycle table "
+            "(driver_branches): whether NVIDIA still supports it is not checked"
+        )
+    to = branch_to_move_to(data, archs, today)
+    move = f": set {fix_prefix}gpunode_driver_branch: {to}" if to and to != life["branch"] else ""
+    to_life = branch_lifecycle(data, to, today) if to else {}
+    what = (
+        f" (NVIDIA {to_life.get('type')} branch, supported to {to_life.get('end_of_life')})" if move else ""
+    )
+    if life["ended"]:
+        when = f"in {life['end_of_life']}" if life["end_of_life"] != "ended" else "(NVIDIA lists it as ended)"
+        return (
+            f"driver branch {life['branch']} reached its end of life {when}: no more bug or security fixes; "
+            f"move to branch {to}{what}{move}"
+            if to
+            else f"driver branch {life['branch']} reached its end of life {when}, and no supported branch serves "
+            "these GPUs"
+        )
+    if life["type"] == "new feature":
+        return (
+            f"driver branch {life['branch']} is a new feature branch (for early adopters, short-lived, not for "
+            f"production): use branch {to}{what}{move}"
+        )
+    return ""
+
+
 def gpu(data: dict, device_id: Any) -> dict:
     """{'id', 'name', 'sm', 'arch'} of an NVIDIA PCI device id; sm '' and arch 'unknown' when not in the data."""
     key = pci_id(device_id)
@@ -272,6 +379,7 @@ def node_plan(
     cuda: dict | None = None,
     overrides: Any = None,
     enforce_os: bool = True,
+    today: Any = None,
 ) -> dict:
     """Decide torch's variant, then the driver branch and flavour, CUDA, cuDNN and NCCL, for one node.
 
@@ -286,6 +394,7 @@ def node_plan(
     cuda:   {enabled, version, source, toolkit}            version '' = follow torch's variant; source
             pip|distro|nvidia (distro: the OS's own toolkit version, which must share torch's major)
     enforce_os: False lets an OS outside the data borrow its family's row (with a warning).
+    today:  the date branch lifecycles are judged on (a date or 'YYYY-MM-DD'; default: today).
     """
     os, driver, torch, cuda = dict(os or {}), dict(driver or {}), dict(torch or {}), dict(cuda or {})
     errors: list[str] = []
@@ -366,6 +475,12 @@ def node_plan(
                 f"set gpunode_driver_branch: {hi}"
             )
     errors[:] = list(dict.fromkeys(errors))
+    if drv_on:
+        archs = [data["archs"].get(g["arch"], {}) for g in found]
+        via = "gpunode_driver_source: nvidia and " if source == "distro" else ""
+        lifecycle = lifecycle_warning(data, version or branch, archs, today, via)
+        if lifecycle:
+            warnings.append(lifecycle)
 
     # Kernel-module flavour: open or proprietary, from the GPUs, the branch and the source.
     wanted_open = str(driver.get("open", "auto")).strip().lower()

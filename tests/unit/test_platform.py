@@ -423,3 +423,56 @@ def test_python_ceilings_are_what_released_wheels_have(minor):
             torch={"version": f"{minor}.0", "python": "python3.14", "cuda": "cu130"}, driver={"branch": "580"}
         )
     )
+
+
+# --- driver branch lifecycle ----------------------------------------------------------------------------------
+
+TODAY = "2026-11-26"
+
+
+def test_every_branch_row_has_a_type_end_of_life_and_source():
+    for branch, row in DATA["driver_branches"].items():
+        assert re.fullmatch(r"\d{3}", branch)
+        assert row["type"] in ("long-term support", "production", "new feature", None), branch
+        assert row["end_of_life"] is None or re.fullmatch(r"\d{4}-\d{2}|ended", row["end_of_life"]), branch
+        assert len(row["source"]) > 20, branch
+    # What NVIDIA's "Supported Drivers and CUDA Toolkit Versions" says, as of the date the facts were checked.
+    life = {b: pf.branch_lifecycle(DATA, b, TODAY) for b in ("535", "570", "580", "595", "610", "620")}
+    assert {b for b, v in life.items() if v["ended"]} == {"535", "570", "610"}
+    assert life["580"]["end_of_life"] == "June 2028" and life["620"]["end_of_life"] == "September 2029"
+    assert life["535"]["end_of_life"] == "June 2026" and life["595"]["type"] == "production"
+
+
+def test_a_branch_is_supported_through_the_month_its_end_of_life_names():
+    assert not pf.branch_lifecycle(DATA, "535", "2026-06-30")["ended"]
+    assert pf.branch_lifecycle(DATA, "535.261.03", "2026-07-01")["ended"]
+    assert not pf.branch_lifecycle(DATA, "999", TODAY)["known"]
+
+
+def test_debian12_distro_driver_535_warns_and_names_the_branch_to_move_to():
+    # Old plan installed Debian 12's 535 without a word; NVIDIA ended R535 in June 2026.
+    p = ok(plan(os=DEBIAN12, gpus=[H100], today=TODAY))
+    (warning,) = [w for w in p["warnings"] if "end of life" in w]
+    assert "branch 535 reached its end of life in June 2026" in warning
+    assert "set gpunode_driver_source: nvidia and gpunode_driver_branch: 580" in warning
+    # Absent the fault: the same node on NVIDIA's 580 gets no lifecycle warning, nor does it before July 2026.
+    p = ok(plan(os=DEBIAN12, gpus=[H100], driver={"source": "nvidia", "branch": "580"}, today=TODAY))
+    assert not [w for w in p["warnings"] if "driver branch" in w]
+    assert not ok(plan(os=DEBIAN12, gpus=[H100], today="2026-06-30"))["warnings"]
+
+
+def test_an_ended_branch_for_a_volta_node_moves_to_the_last_branch_volta_has():
+    p = ok(plan(gpus=[V100], driver={"branch": "570"}, torch={"cuda": "cu126"}, today=TODAY))
+    assert "gpunode_driver_branch: 580" in " ".join(p["warnings"])
+    # After June 2028 no supported branch serves Volta (its last is R580): the warning says so, naming none.
+    p = plan(gpus=[V100], driver={"branch": "580"}, torch={"cuda": "cu126"}, today="2028-07-01")
+    assert "no supported branch serves these GPUs" in " ".join(p["warnings"])
+
+
+def test_a_new_feature_branch_and_an_unknown_branch_warn():
+    p = plan(driver={"branch": "590"}, torch={"cuda": "cu126"}, today=TODAY)
+    assert "new feature branch" in " ".join(p["warnings"]) and "gpunode_driver_branch: 580" in " ".join(
+        p["warnings"]
+    )
+    p = plan(driver={"branch": "600"}, torch={"cuda": "cu126"}, today=TODAY)
+    assert "not in the platform data's lifecycle table" in " ".join(p["warnings"])
