@@ -247,9 +247,12 @@ def branch_lifecycle(data: dict, branch: Any, today: Any = None) -> dict:
     return out
 
 
-def branch_to_move_to(data: dict, archs: list[dict] | None = None, today: Any = None) -> str:
-    """The supported branch to move to: the default branch if NVIDIA still supports it and every GPU's architecture
-    takes it, else the long-term-support or production branch with the latest end of life that they take ('')."""
+def branch_to_move_to(
+    data: dict, archs: list[dict] | None = None, today: Any = None, at_least: Any = ""
+) -> str:
+    """The supported branch to move to: the default branch if NVIDIA still supports it, every GPU's architecture
+    takes it and it runs a driver >= `at_least`, else the long-term-support or production branch with the latest
+    end of life that does ('' when none)."""
     archs = archs or []
 
     def fits(b: str) -> bool:
@@ -266,6 +269,7 @@ def branch_to_move_to(data: dict, archs: list[dict] | None = None, today: Any = 
         and re.fullmatch(r"\d{4}-\d{2}", str(row.get("end_of_life") or ""))
         and not branch_lifecycle(data, b, today)["ended"]
         and fits(b)
+        and (not at_least or driver_satisfies(b, at_least))
     ]
     default = str(data["defaults"]["driver_branch"])
     if default in live:
@@ -681,17 +685,37 @@ def node_plan(
         else:
             want, major = distro, distro.split(".")[0]
     maj_row = data["cuda_major"].get(major, {})
-    libs = row.get("libraries", {}).get(f"cu{major}", {})
-    if (
+    # cuDNN/NCCL pins: a build's own row where the builds of one CUDA major pin differently (2.11), else the major's.
+    libraries = row.get("libraries", {})
+    libs = libraries.get(tag) if tag.startswith(f"cu{major}") and tag in libraries else None
+    libs = libs or libraries.get(f"cu{major}", {})
+    known = sorted((v for v in data["cuda"] if v.split(".")[0] == major), key=vtuple)
+    if cuda_on and want and want not in data["cuda"]:
+        below = [v for v in known if vtuple(v) <= vtuple(want)]
+        near = (below or known or [""])[-1]
+        errors.append(
+            f"CUDA {want} is not in the platform data's toolkit table, so the driver it needs is unknown (CUDA "
+            f"{major}'s minimum is not its own): "
+            + (f"set gpunode_cuda_version: {near} (or empty to follow torch's build), " if near else "")
+            + "or add its row under cuda in gpunode_platform_overrides with the driver its release notes name"
+        )
+    elif (
         cuda_on
         and want
         and drv_on
         and maj_row
         and not driver_satisfies(judged, min_driver(data, want, policy))
     ):
+        need = min_driver(data, want, policy)
+        to = branch_to_move_to(data, [data["archs"].get(g["arch"], {}) for g in found], today, need)
+        runs = [v for v in known if driver_satisfies(judged, min_driver(data, v, policy))]
         errors.append(
-            f"CUDA {want} needs driver >= {min_driver(data, want, policy)}; the driver is {judged}: "
-            "raise gpunode_driver_branch or lower gpunode_cuda_version"
+            f"CUDA {want} needs driver >= {need}; the driver is {judged}: "
+            + " or ".join(
+                ([f"set gpunode_driver_branch: {to}"] if to else [])
+                + ([f"gpunode_cuda_version: {runs[-1]}"] if runs else [])
+            )
+            + ("" if to or runs else "no supported driver branch or CUDA version in the data fits")
         )
     plan["cuda"] = {
         "enabled": cuda_on,

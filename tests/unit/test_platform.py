@@ -476,3 +476,36 @@ def test_a_new_feature_branch_and_an_unknown_branch_warn():
     )
     p = plan(driver={"branch": "600"}, torch={"cuda": "cu126"}, today=TODAY)
     assert "not in the platform data's lifecycle table" in " ".join(p["warnings"])
+
+
+# --- CUDA 13.x toolkit rows -------------------------------------------------------------------------------------
+
+
+def test_cuda_13_rows_hold_their_own_release_notes_driver():
+    assert {k: v["min_driver"] for k, v in DATA["cuda"].items() if k.startswith("13.")} == {
+        "13.0": "580.65.06",
+        "13.1": "590.44.01",
+        "13.2": "595.45.04",
+        "13.3": "610.43.02",
+    }
+
+
+def test_a_toolkit_the_table_lacks_is_refused_not_planned_from_its_major():
+    # Old plan: 13.4 got CUDA 13's minimum (the 13.0 row's driver) and was never held against its own notes.
+    text = refused(
+        plan(driver={"branch": "580"}, cuda={"version": "13.4"}), "CUDA 13.4 is not in the platform data"
+    )
+    assert "gpunode_cuda_version: 13.3" in text and "gpunode_platform_overrides" in text
+    row = {"13.4": {"min_driver": "615.00.00", "source": "a test row"}}
+    ok(plan(driver={"branch": "620"}, cuda={"version": "13.4"}, overrides={"cuda": row}))
+
+
+def test_the_toolkit_policy_holds_a_13x_toolkit_to_its_own_driver():
+    text = refused(
+        plan(driver={"branch": "580"}, torch={"policy": "toolkit"}, cuda={"version": "13.3"}, today=TODAY),
+        "CUDA 13.3 needs driver >= 610.43.02",
+    )
+    assert "gpunode_driver_branch: 620" in text and "gpunode_cuda_version: 13.0" in text
+    # Absent the fault: minor-version compatibility runs 13.3 on 580, and 620 meets 13.3's own minimum.
+    ok(plan(driver={"branch": "580"}, cuda={"version": "13.3"}))
+    ok(plan(driver={"branch": "620"}, torch={"policy": "toolkit"}, cuda={"version": "13.3"}))
