@@ -509,3 +509,37 @@ def test_the_toolkit_policy_holds_a_13x_toolkit_to_its_own_driver():
     # Absent the fault: minor-version compatibility runs 13.3 on 580, and 620 meets 13.3's own minimum.
     ok(plan(driver={"branch": "580"}, cuda={"version": "13.3"}))
     ok(plan(driver={"branch": "620"}, torch={"policy": "toolkit"}, cuda={"version": "13.3"}))
+
+
+# --- torch rows back to 2.9 ---------------------------------------------------------------------------------------
+
+
+def test_rows_back_to_29_exist_with_their_published_builds():
+    assert {"2.9", "2.10", "2.11"} <= set(DATA["torch"])
+    assert DATA["torch"]["2.9"]["default"] == DATA["torch"]["2.10"]["default"] == "cu128"
+    assert DATA["torch"]["2.11"]["default"] == "cu130"
+    for minor in ("2.9", "2.10", "2.11"):
+        assert DATA["torch"][minor]["python"] == ["3.10", "3.14"]
+
+
+def test_a_site_pinned_to_211_on_a_570_driver_gets_cu128():
+    # Old data had no row before 2.12, so torch 2.11 (the last release with cu128) could not be planned at all.
+    p = ok(plan(torch={"version": "2.11.0"}, driver={"branch": "570"}, today=TODAY))
+    assert p["torch"]["tag"] == "cu128"
+    assert (p["cuda"]["cudnn"], p["cuda"]["nccl"]) == ("9.17.1.4", "2.28.9")
+    # 2.11's cu126 pins another cuDNN than its cu128: the build's own row wins over the major's.
+    p = ok(plan(torch={"version": "2.11.0", "cuda": "cu126"}, driver={"branch": "570"}, today=TODAY))
+    assert p["cuda"]["cudnn"] == "9.10.2.21"
+    assert ok(plan(torch={"version": "2.11.0"}, driver={"branch": "580"}))["torch"]["tag"] == "cu130"
+
+
+def test_volta_keeps_cu128_through_210_and_loses_it_in_211():
+    assert (
+        ok(plan(gpus=[V100], torch={"version": "2.10.0"}, driver={"branch": "570"}))["torch"]["tag"]
+        == "cu128"
+    )
+    assert (
+        ok(plan(gpus=[V100], torch={"version": "2.11.0"}, driver={"branch": "570"}))["torch"]["tag"]
+        == "cu126"
+    )
+    refused(plan(gpus=[V100], torch={"version": "2.11.0", "cuda": "cu128"}), "no sm_70 kernels")
