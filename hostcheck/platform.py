@@ -344,16 +344,37 @@ def _variant_fits(data: dict, row: dict, tag: str, gpus: list[dict], driver: str
     return why
 
 
-def _nearest_torch(data: dict, gpus: list[dict], driver: str, policy: str, python: str) -> str:
-    """The newest torch release with a variant that serves these GPUs, driver and Python ('' if none)."""
+def _release(data: dict, minor: str) -> str:
+    """The release to pin for a row: its 'latest' with a patch number ('2.14' -> '2.14.0')."""
+    latest = str(data["torch"][minor].get("latest") or minor)
+    return latest if len(release_tuple(latest)) >= 3 else f"{latest}.0"
+
+
+def _nearest_torch(
+    data: dict, gpus: list[dict], driver: str, policy: str, python: str, tag: str = ""
+) -> tuple[str, str]:
+    """(release, build) of the newest torch release with a build (`tag`, if given) that serves these GPUs, driver
+    and Python; () if none."""
     for minor in sorted(data["torch"], key=vtuple, reverse=True):
         row = data["torch"][minor]
         if python and not _python_fits(row, python):
             continue
-        for tag in _ordered_variants(row):
-            if not _variant_fits(data, row, tag, gpus, driver, policy):
-                return f"torch {row.get('latest', minor)} ({tag})"
-    return ""
+        for t in _ordered_variants(row):
+            if (not tag or t == tag) and not _variant_fits(data, row, t, gpus, driver, policy):
+                return _release(data, minor), t
+    return ()
+
+
+def _branch_for_release(data: dict, row: dict, gpus: list[dict], policy: str, today: Any) -> tuple[str, str]:
+    """(branch, build): the supported driver branch that lets this release's best build run on these GPUs."""
+    archs = [data["archs"].get(g["arch"], {}) for g in gpus]
+    for tag in _ordered_variants(row):
+        if _variant_fits(data, row, tag, gpus, "", policy):
+            continue  # no driver fixes missing kernels
+        to = branch_to_move_to(data, archs, today, min_driver(data, cuda_normalize(tag), policy))
+        if to:
+            return to, tag
+    return ()
 
 
 def _ordered_variants(row: dict) -> list[str]:
@@ -415,14 +436,18 @@ def node_plan(
     os_row = data["os"].get(key)
     plan["os"] = {"key": key, "supported": bool(os_row and os_row.get("supported"))}
     if not (os_row and os_row.get("supported")):
-        why = (
-            f"{key} is not supported: {os_row.get('why', '')}"
-            if os_row
-            else (f"{key} is not a supported OS (supported: {', '.join(supported_os(data))})")
-        )
+        supported = ", ".join(supported_os(data))
+        why = f"{key} is not supported: {os_row.get('why', '')}" if os_row else f"{key} is not a supported OS"
         borrowed = data["os_family_fallback"].get(str(os.get("family", "")))
         if enforce_os or not borrowed:
-            errors.append(why + ("" if enforce_os else "; no row of its OS family to borrow"))
+            errors.append(
+                f"{why}; nearest working choice: a supported OS ({supported})"
+                + (
+                    f", or gpunode_base_enforce_supported_os: false to try it with the {borrowed} row"
+                    if borrowed
+                    else " (gpunode_base_enforce_supported_os: false cannot help: no row of its OS family to borrow)"
+                )
+            )
             return plan
         warnings.append(
             f"{why}; trying anyway with the {borrowed} row (gpunode_base_enforce_supported_os: false)"
@@ -447,7 +472,10 @@ def node_plan(
     if source == "auto":
         source = os_row.get("driver_source_default", "nvidia")
     if drv_on and source == "distro" and not os_row.get("distro_driver_branch"):
-        errors.append(f"{key} has no distro NVIDIA driver: set gpunode_driver_source: nvidia")
+        errors.append(
+            f"{key} has no distro NVIDIA driver: set gpunode_driver_source: nvidia "
+            f"(NVIDIA's repository, gpunode_driver_branch: {data['defaults']['driver_branch']})"
+        )
     branch = str(driver.get("branch") or "")
     if not branch:
         branch = str(
@@ -514,7 +542,7 @@ def node_plan(
     if needs_open and no_open:
         errors.append(
             f"{needs_open[0]['name']} needs the open kernel modules and {no_open[0]['name']} cannot use them: "
-            "one driver cannot serve both; split these GPUs across nodes"
+            "one driver cannot serve both, and no variable changes that; split these GPUs across nodes"
         )
     elif drv_on and flavour == "proprietary" and needs_open:
         errors.append(
@@ -563,16 +591,19 @@ def node_plan(
     if policy not in POLICIES:
         errors.append(f"gpunode_pytorch_driver_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         return plan
+    released = [m for m in sorted(data["torch"], key=vtuple) if data["torch"][m].get("status") != "planned"]
+    newest = released[-1] if released else ""
     try:
         minor = torch_minor(tver)
     except ValueError as exc:
-        errors.append(str(exc))
+        errors.append(f"gpunode_pytorch_version: {exc}: set it to a release such as {newest}.0")
         return plan
     row = data["torch"].get(minor)
     if row is None:
         errors.append(
-            f"torch {tver} is not in the platform data (known: {', '.join(sorted(data['torch'], key=vtuple))}); "
-            "add its row under torch in gpunode_platform_overrides, with its source"
+            f"torch {tver} is not in the platform data (known: {', '.join(sorted(data['torch'], key=vtuple))}): "
+            f"set gpunode_pytorch_version: {newest}.0 (the newest released one the data has), or add its row under "
+            "torch in gpunode_platform_overrides, with its source"
         )
         return plan
     if row.get("status") == "planned":
@@ -581,11 +612,21 @@ def node_plan(
         )
     if torch_on and pyver and not _python_fits(row, pyver):
         lo, hi = _python_range(row)
+        os_python = os_row["python"]["name"]
+        good = (
+            os_python if _python_fits(row, python_version(os_python) or os_row["python"]["version"]) else ""
+        )
+        other = [
+            m
+            for m in sorted(data["torch"], key=vtuple, reverse=True)
+            if _python_fits(data["torch"][m], pyver)
+        ]
         errors.append(
             f"torch {tver} supports Python {lo} to {hi}, and the training Python {pyname} is {pyver}: "
-            f"set gpunode_pytorch_python to an interpreter in that range (on {key}: {os_row['python']['name']})"
-            if pyname != os_row["python"]["name"]
-            else f"torch {tver} supports Python {lo} to {hi}, and {key}'s {pyname} is {pyver}"
+            f"set gpunode_pytorch_python: {good or 'python' + hi} (an interpreter in that range"
+            + (f", {key}'s own" if good else f"; {key}'s {os_python} is not")
+            + ")"
+            + (f", or gpunode_pytorch_version: {other[0]} (supports Python {pyver})" if other else "")
         )
     wish = str(torch.get("cuda") or "auto").strip().lower()
     if wish == "auto":
@@ -599,39 +640,84 @@ def node_plan(
         usable = [t for t, why_not in fits.items() if not why_not]
         if not usable:
             near = _nearest_torch(data, found, judged, policy, pyver)
+            to = _branch_for_release(data, row, found, policy, today) if drv_on else ""
+            choices = (
+                [
+                    f"torch {near[0]} ({near[1]}): set gpunode_pytorch_version: {near[0]} and gpunode_pytorch_cuda: {near[1]}"
+                ]
+                if near
+                else []
+            ) + ([f"gpunode_driver_branch: {to[0]} (for torch {tver}'s {to[1]})"] if to else [])
             errors.append(
                 f"no CUDA build of torch {tver} serves this node ("
                 + "; ".join(w for ws in fits.values() for w in ws)
                 + ")"
                 + (
-                    f": nearest working choice {near}"
-                    if near
-                    else ": upgrade the driver (gpunode_driver_branch)"
+                    ": nearest working choice " + ", or ".join(choices)
+                    if choices
+                    else ": no release or supported driver branch in the data serves these GPUs"
+                    + ("" if drv_on else " (the driver role is off: gpunode_driver_enabled)")
                 )
             )
             return plan
         tag = usable[0]
     else:
+        known = ", ".join(sorted(row["variants"], key=vtuple))
         try:
             tag = cuda_tag(wish)
         except ValueError as exc:
-            errors.append(str(exc))
+            errors.append(
+                f"gpunode_pytorch_cuda: {exc}: set auto, cpu or one of torch {tver}'s builds ({known})"
+            )
             return plan
         if tag != CPU:
             if tag not in row["variants"]:
-                known = ", ".join(sorted(row["variants"], key=vtuple))
-                errors.append(f"torch {tver} has no {tag} build; its CUDA builds are {known} (or cpu)")
-                return plan
-            for why_not in _variant_fits(data, row, tag, found, judged, policy):
-                near = [
-                    t
-                    for t in _ordered_variants(row)
-                    if not _variant_fits(data, row, t, found, judged, policy)
+                with_tag = [
+                    m for m in sorted(data["torch"], key=vtuple) if tag in data["torch"][m]["variants"]
                 ]
                 errors.append(
+                    f"torch {tver} has no {tag} build; its CUDA builds are {known} (or cpu): set gpunode_pytorch_cuda "
+                    f"to one of them (or auto)"
+                    + (
+                        f", or gpunode_pytorch_version: {with_tag[-1]} (the newest with {tag})"
+                        if with_tag
+                        else ""
+                    )
+                )
+                return plan
+            near = [
+                t for t in _ordered_variants(row) if not _variant_fits(data, row, t, found, judged, policy)
+            ]
+            for why_not in _variant_fits(data, row, tag, found, judged, policy):
+                to = ""
+                if "driver" in why_not and drv_on:
+                    archs = [data["archs"].get(g["arch"], {}) for g in found]
+                    to = branch_to_move_to(data, archs, today, min_driver(data, cuda_normalize(tag), policy))
+                other = (
+                    ()
+                    if near
+                    else (
+                        _nearest_torch(data, found, judged, policy, pyver, tag)
+                        or _nearest_torch(data, found, judged, policy, pyver)
+                    )
+                )
+                choices = (
+                    ([f"gpunode_pytorch_cuda: {near[0]}"] if near else [])
+                    + ([f"gpunode_driver_branch: {to}"] if to else [])
+                    + (
+                        [f"gpunode_pytorch_version: {other[0]} (gpunode_pytorch_cuda: {other[1]})"]
+                        if other
+                        else []
+                    )
+                )
+                errors.append(
                     f"torch {tver} {why_not}"
-                    + (f": nearest working choice gpunode_pytorch_cuda: {near[0]}" if near else "")
-                    + (" (or a newer driver branch)" if "driver" in why_not else "")
+                    + (": nearest working choice " + ", or ".join(choices) if choices else "")
+                    + (
+                        ""
+                        if choices
+                        else ": no build, release or supported branch in the data serves this node"
+                    )
                 )
     cuda_ver = cuda_normalize(tag)
     companions = row.get("companions", {})
@@ -663,12 +749,20 @@ def node_plan(
         errors.append(
             f"gpunode_cuda_version {want} is CUDA {major}, but torch {tver} is the {tag} build (CUDA "
             f"{cuda_ver.split('.')[0]}): cuDNN and NCCL must match torch's CUDA major; leave gpunode_cuda_version "
-            f"empty to follow torch, or set gpunode_pytorch_cuda to a CUDA {major} build"
+            f"empty to follow torch (CUDA {cuda_ver}), or set gpunode_pytorch_cuda to a CUDA {major} build"
+            + (
+                " ("
+                + ", ".join(t for t in sorted(row["variants"], key=vtuple) if t.startswith(f"cu{major}"))
+                + ")"
+                if any(t.startswith(f"cu{major}") for t in row["variants"])
+                else f" (torch {tver} has none)"
+            )
         )
     if cuda_on and not want:
         errors.append(
             "gpunode_cuda_version is empty and torch is a CPU build, so there is no CUDA version to follow: "
-            "set gpunode_cuda_version, or gpunode_cuda_enabled: false"
+            "set gpunode_cuda_enabled: false, or a version such as gpunode_cuda_version: "
+            + max(data["cuda"], key=vtuple)
         )
     if cuda_on and str(cuda.get("source") or "") == "distro" and cuda.get("toolkit", True):
         distro = str(os_row.get("distro_cuda_toolkit") or "")
@@ -715,7 +809,11 @@ def node_plan(
                 ([f"set gpunode_driver_branch: {to}"] if to else [])
                 + ([f"gpunode_cuda_version: {runs[-1]}"] if runs else [])
             )
-            + ("" if to or runs else "no supported driver branch or CUDA version in the data fits")
+            + (
+                ""
+                if to or runs
+                else "no supported driver branch (gpunode_driver_branch) or CUDA version in the data fits"
+            )
         )
     plan["cuda"] = {
         "enabled": cuda_on,

@@ -110,7 +110,7 @@ def test_supported_os_list_is_honest():
         "RedHat 9",
         "CentOS 9",
     }
-    for name in ("Debian 11", "CentOS 8"):
+    for name in ("Debian 11", "CentOS 8", "Ubuntu 26"):
         assert DATA["os"][name]["why"], name
 
 
@@ -273,6 +273,15 @@ def test_no_gpu_and_auto_is_refused_cpu_is_fine():
 def test_old_driver_for_every_build():
     text = refused(plan(driver={"branch": "470"}), "no CUDA build of torch 2.13.0 serves this node")
     assert "needs driver >=" in text
+
+
+def test_ubuntu_2604_is_refused_with_the_reason():
+    row = DATA["os"]["Ubuntu 26"]
+    assert row["supported"] is False and "not been checked" in row["why"]
+    text = refused(
+        plan(os={"distribution": "Ubuntu", "major": "26", "family": "Debian"}), "Ubuntu 26 is not supported"
+    )
+    assert "gpunode_base_enforce_supported_os: false" in text
 
 
 def test_unsupported_os_says_why_and_can_be_overridden():
@@ -543,3 +552,141 @@ def test_volta_keeps_cu128_through_210_and_loses_it_in_211():
         == "cu126"
     )
     refused(plan(gpus=[V100], torch={"version": "2.11.0", "cuda": "cu128"}), "no sm_70 kernels")
+
+
+# --- every refusal names the nearest working choice and the variable that sets it ------------------------------
+
+UBUNTU26 = {"distribution": "Ubuntu", "major": "26", "family": "Debian"}
+UNKNOWN_OS = {"distribution": "Plan9", "major": "4", "family": "Plan9"}
+
+# (case, plan arguments, the variable to change, the concrete choice it names). Ids say what is refused.
+REFUSALS = [
+    ("override not a mapping", {"overrides": ["x"]}, "gpunode_platform_overrides", "mapping"),
+    ("unsupported OS", {"os": UBUNTU26}, "gpunode_base_enforce_supported_os", "Ubuntu 24"),
+    ("unknown OS", {"os": UNKNOWN_OS}, "gpunode_base_enforce_supported_os", "Ubuntu 24"),
+    ("no distro driver", {"driver": {"source": "distro"}}, "gpunode_driver_source: nvidia", "580"),
+    (
+        "branch distro lacks",
+        {"os": DEBIAN12, "driver": {"branch": "580"}},
+        "gpunode_driver_source: nvidia",
+        "580",
+    ),
+    (
+        "branch below the GPU's first",
+        {"gpus": [B200], "driver": {"branch": "535"}},
+        "gpunode_driver_branch",
+        "580",
+    ),
+    (
+        "branch above the GPU's last",
+        {"gpus": [V100], "driver": {"branch": "595"}},
+        "gpunode_driver_branch",
+        "580",
+    ),
+    ("flavour not a flavour", {"driver": {"open": "maybe"}}, "gpunode_driver_open_kernel_modules", "auto"),
+    ("Blackwell proprietary", {"gpus": [B200], "driver": {"open": "false"}}, "open_kernel_modules", "auto"),
+    (
+        "Volta open",
+        {"gpus": [V100], "driver": {"open": "true"}},
+        "gpunode_driver_open_kernel_modules",
+        "auto",
+    ),
+    (
+        "distro open lags",
+        {"os": DEBIAN12, "gpus": [T4], "driver": {"open": "true"}},
+        "source: nvidia",
+        "false",
+    ),
+    ("policy not a policy", {"torch": {"policy": "loose"}}, "gpunode_pytorch_driver_policy", "compat"),
+    ("torch not a version", {"torch": {"version": "latest"}}, "gpunode_pytorch_version", "2.14.0"),
+    ("torch the data lacks", {"torch": {"version": "2.99.0"}}, "gpunode_pytorch_version", "2.14.0"),
+    ("Python out of range", {"torch": {"python": "python3.9"}}, "gpunode_pytorch_python", "python3.11"),
+    ("auto without a GPU", {"gpus": []}, "gpunode_pytorch_cuda", "cpu"),
+    (
+        "no build serves the node",
+        {"gpus": [B200], "driver": {"branch": "570"}},
+        "gpunode_pytorch_version",
+        "2.11.0",
+    ),
+    ("CUDA build not a build", {"torch": {"cuda": "twelve"}}, "gpunode_pytorch_cuda", "cu130"),
+    ("build the release lacks", {"torch": {"cuda": "cu128"}}, "gpunode_pytorch_version", "2.11"),
+    (
+        "build without the GPU's kernels",
+        {"gpus": [V100], "torch": {"cuda": "cu130"}},
+        "gpunode_pytorch_cuda",
+        "cu126",
+    ),
+    ("CUDA version not a version", {"cuda": {"version": "abc"}}, "gpunode_cuda_version", "13.0"),
+    (
+        "CUDA of another major",
+        {"driver": {"branch": "580"}, "cuda": {"version": "12.8"}},
+        "gpunode_cuda_version",
+        "13.0",
+    ),
+    ("no CUDA to follow", {"gpus": [], "torch": {"cuda": "cpu"}}, "gpunode_cuda_enabled", "false"),
+    ("no distro toolkit", {"cuda": {"source": "distro"}}, "gpunode_cuda_source", "pip"),
+    (
+        "distro toolkit of another major",
+        {"os": DEBIAN12, "cuda": {"source": "distro"}},
+        "gpunode_cuda_source",
+        "pip",
+    ),
+    ("toolkit the data lacks", {"cuda": {"version": "13.4"}}, "gpunode_cuda_version", "13.3"),
+    (
+        "toolkit newer than the driver",
+        {"driver": {"branch": "580"}, "torch": {"policy": "toolkit"}, "cuda": {"version": "13.3"}},
+        "gpunode_driver_branch",
+        "620",
+    ),
+]
+# Refusals no variable can fix, named as such: one driver cannot serve a Blackwell and a Volta GPU.
+UNFIXABLE = [
+    ("Blackwell beside Volta", {"gpus": [B200, V100]}, "no variable changes that", "split these GPUs")
+]
+
+
+def _refusal_plan(args):
+    args = dict(args)
+    return plan(
+        os=args.pop("os", ROCKY9),
+        gpus=args.pop("gpus", (H100,)),
+        driver=args.pop("driver", None),
+        torch=args.pop("torch", None),
+        cuda=args.pop("cuda", None),
+        today=TODAY,
+        **args,
+    )
+
+
+@pytest.mark.parametrize(("case", "args", "variable", "choice"), REFUSALS + UNFIXABLE, ids=lambda x: x)
+def test_every_refusal_names_the_nearest_choice_and_its_variable(case, args, variable, choice):
+    text = refused(_refusal_plan(args))
+    assert variable in text, (case, text)
+    assert re.search(rf"(?<![\w.]){re.escape(choice)}(?![\w])", text), (case, choice, text)
+
+
+def test_the_refusal_table_walks_every_refusal_path_of_the_plan():
+    # Trace node_plan over the table: every errors.append in its source must have run at least once, so a new
+    # refusal path without a row (and so without a named way out) fails here.
+    import inspect
+    import sys
+
+    code = pf.node_plan.__code__
+    lines, start = inspect.getsourcelines(pf.node_plan)
+    sites = {start + i for i, line in enumerate(lines) if "errors.append(" in line}
+    hit: set[int] = set()
+
+    def tracer(frame, event, arg):
+        if frame.f_code is code:
+            if event == "line" and frame.f_lineno in sites:
+                hit.add(frame.f_lineno)
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        for _case, args, _variable, _choice in REFUSALS + UNFIXABLE:
+            _refusal_plan(args)
+    finally:
+        sys.settrace(None)
+    assert hit == sites, f"refusal lines no case reaches: {sorted(sites - hit)}"
