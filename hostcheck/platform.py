@@ -1,6 +1,7 @@
 """The platform facts (hostcheck/data/platform.json) and the one decision made from them per node.
 
-Standard library only: the roles' filter plugin loads this file by path, hostcheck imports it. The data
+Why one module: the roles' filter plugin loads this file by path on the controller (no hostcheck installed
+there), so the plan and everything it uses must be one file; hostcheck imports the same file. Standard library only. The data
 holds the facts, each row with its public source; this module holds the logic:
 
 - ``load(overrides)``: the data, with a site's corrections or new rows merged in (inventory
@@ -277,36 +278,36 @@ def branch_to_move_to(
     return max(live, key=lambda b: (str(data["driver_branches"][b]["end_of_life"]), vtuple(b)), default="")
 
 
-def lifecycle_warning(data: dict, branch: Any, archs: list[dict], today: Any, fix_prefix: str = "") -> str:
-    """The warning for installing or running a branch NVIDIA no longer supports, or one not meant for production
-    ('' when the branch is supported); it names the branch to move to and the inventory variable that sets it."""
+def lifecycle_advice(
+    data: dict, branch: Any, archs: list[dict], today: Any = None, via: str = ""
+) -> tuple[str, str]:
+    """(problem, fix) for installing or running a branch NVIDIA no longer supports, one not meant for production, or
+    one the data lacks; ('', '') when supported. fix is the assignment that moves to the supported branch ('' if
+    none), `via` its prefix ('gpunode_driver_source: nvidia and ' where the OS's own archive is the default)."""
     life = branch_lifecycle(data, branch, today)
     if not life["known"]:
         return (
             f"driver branch {life['branch'] or branch} is not in the platform data's lifecycle table "
-            "(driver_branches): whether NVIDIA still supports it is not checked"
+            "(driver_branches): whether NVIDIA still supports it is not checked",
+            "",
         )
     to = branch_to_move_to(data, archs, today)
-    move = f": set {fix_prefix}gpunode_driver_branch: {to}" if to and to != life["branch"] else ""
     to_life = branch_lifecycle(data, to, today) if to else {}
-    what = (
-        f" (NVIDIA {to_life.get('type')} branch, supported to {to_life.get('end_of_life')})" if move else ""
-    )
+    fix = f"{via}gpunode_driver_branch: {to}" if to and to != life["branch"] else ""
+    what = f"branch {to} (NVIDIA {to_life.get('type')} branch, supported to {to_life.get('end_of_life')})"
     if life["ended"]:
         when = f"in {life['end_of_life']}" if life["end_of_life"] != "ended" else "(NVIDIA lists it as ended)"
-        return (
-            f"driver branch {life['branch']} reached its end of life {when}: no more bug or security fixes; "
-            f"move to branch {to}{what}{move}"
-            if to
-            else f"driver branch {life['branch']} reached its end of life {when}, and no supported branch serves "
-            "these GPUs"
-        )
+        head = f"driver branch {life['branch']} reached its end of life {when}"
+        if not to:
+            return f"{head}, and no supported branch serves these GPUs", ""
+        return f"{head}: no more bug or security fixes; move to {what}", fix
     if life["type"] == "new feature":
         return (
             f"driver branch {life['branch']} is a new feature branch (for early adopters, short-lived, not for "
-            f"production): use branch {to}{what}{move}"
+            "production)" + (f": use {what}" if to else ""),
+            fix,
         )
-    return ""
+    return "", ""
 
 
 def gpu(data: dict, device_id: Any) -> dict:
@@ -510,9 +511,9 @@ def node_plan(
     if drv_on:
         archs = [data["archs"].get(g["arch"], {}) for g in found]
         via = "gpunode_driver_source: nvidia and " if source == "distro" else ""
-        lifecycle = lifecycle_warning(data, version or branch, archs, today, via)
-        if lifecycle:
-            warnings.append(lifecycle)
+        problem, fix = lifecycle_advice(data, version or branch, archs, today, via)
+        if problem:
+            warnings.append(problem + (f": set {fix}" if fix else ""))
 
     # Kernel-module flavour: open or proprietary, from the GPUs, the branch and the source.
     wanted_open = str(driver.get("open", "auto")).strip().lower()

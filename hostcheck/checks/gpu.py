@@ -568,48 +568,25 @@ def _v(v: Any) -> Any:
 @check("gpu.E014", "Driver branch supported by NVIDIA", weight=2, needs=("nvml", "system"))
 def driver_branch_lifecycle(s: Any) -> Outcome:
     """The running driver's branch against NVIDIA's lifecycle (platform data, driver_branches): a warning for an
-    ended or new-feature branch, naming the supported branch to move to and the variable that sets it."""
-    n = s.nvml
-    if n is None:
-        return skipped("NVML not gathered")
-    if not n.ok:
-        return skipped(f"NVML unavailable: {n.error.reason} (see gpu.E001)")
-    version = n.driver_version
-    if not isinstance(version, str) or not platform.release_tuple(version):
-        return skipped("driver version unknown (see gpu.E001)")
+    ended or new-feature branch, with the supported branch to move to and the variable that sets it."""
+    early = _no_gpus(s) if s.nvml is None or not s.nvml.ok else None
+    version = s.nvml.driver_version if early is None else None
+    if early is None and not platform.release_tuple(version if isinstance(version, str) else ""):
+        early = skipped("driver version unknown (see gpu.E001)")
+    if early:
+        return early
     data = platform.load()
-    life = platform.branch_lifecycle(data, version)
-    if not life["known"]:
-        return skipped(
-            f"driver {version}: branch {life['branch']} is not in the platform data's lifecycle table, so its "
-            "support is not judged",
-            value=version,
-        )
-    sms = {f"{c[0]}.{c[1]}" for g in n.gpus if isinstance(c := g.compute_capability, tuple)}
+    sms = {f"{c[0]}.{c[1]}" for g in s.nvml.gpus if isinstance(c := g.compute_capability, tuple)}
     archs = [a for a in data["archs"].values() if sms & set(a.get("sm", []))]
-    to = platform.branch_to_move_to(data, archs)
     row = platform.os_row_for(data, s.system.os_id, s.system.os_version)[1] if s.system else None
     via = "gpunode_driver_source: nvidia and " if platform.default_branch(data, row)[1] == "distro" else ""
-    hint = fixes.role_fix(f"{via}gpunode_driver_branch: {to}", fixes.DRIVER, "driver") if to else None
-    kind = f"{life['type']} branch" if life["type"] else "branch"
-    if life["ended"]:
-        until = (
-            f"in {life['end_of_life']}" if life["end_of_life"] != "ended" else "(NVIDIA lists it as ended)"
-        )
-        return warned(
-            f"driver {version}: {kind} {life['branch']} reached its end of life {until}: no more bug or security "
-            "fixes" + (f"; branch {to} is supported" if to else "; no supported branch serves these GPUs"),
-            value=version,
-            expected=f"branch {to}" if to else None,
-            hint=hint,
-        )
-    if life["type"] == "new feature":
-        return warned(
-            f"driver {version}: branch {life['branch']} is a new feature branch (short-lived, for early adopters, "
-            "not for production)" + (f"; branch {to} is for production" if to else ""),
-            value=version,
-            expected=f"branch {to}" if to else None,
-            hint=hint,
-        )
+    problem, fix = platform.lifecycle_advice(data, version, archs, via=via)
+    life = platform.branch_lifecycle(data, version)
+    if not life["known"]:
+        return skipped(f"driver {version}: {problem}", value=version)
+    if problem:
+        hint = fixes.role_fix(fix, fixes.DRIVER, "driver") if fix else None
+        expected = f"branch {fix.rsplit(' ', 1)[-1]}" if fix else None
+        return warned(f"driver {version}: {problem}", value=version, expected=expected, hint=hint)
     until = f", supported to {life['end_of_life']}" if life["end_of_life"] else ""
-    return passed(f"driver {version}: NVIDIA {kind} {life['branch']}{until}", value=version)
+    return passed(f"driver {version}: NVIDIA {life['type']} branch {life['branch']}{until}", value=version)
