@@ -379,21 +379,29 @@ def _stacks(procs: Sequence[HookProcess]) -> dict[str, Any]:
         if not isinstance(st, dict):
             continue
         n = st.get("n")
-        if isinstance(n, int) and n > 0:
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
             out["samples"] += n
         if isinstance(st.get("interval"), (int, float)):
             out["interval_s"] = st["interval"]
         for key in ("where", "wchan", "state"):
             src = st.get(key)
-            if isinstance(src, dict):
-                for k, v in src.items():
-                    if isinstance(v, int) and v > 0:
-                        out[key][str(k)[:64]] = out[key].get(str(k)[:64], 0) + v
-        for item in st.get("top") or ():
+            if not isinstance(src, dict):
+                continue
+            for k, v in list(src.items())[:64]:  # the hook keeps at most 32 keys: more is not its record
+                k = str(k)[:64]
+                if key == "where" and k not in ("data", "comm", "step", "outside"):
+                    continue
+                if key == "state" and len(k) > 2:
+                    continue
+                if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                    out[key][k] = out[key].get(k, 0) + v
+        top = st.get("top")
+        for item in top[:64] if isinstance(top, list) else ():
             if (
                 isinstance(item, (list, tuple))
                 and len(item) == 2
                 and isinstance(item[1], int)
+                and not isinstance(item[1], bool)
                 and item[1] > 0
             ):
                 k = str(item[0])[:400]
