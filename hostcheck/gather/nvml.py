@@ -1,13 +1,15 @@
 """Per-GPU health through NVML (module ``pynvml`` from nvidia-ml-py), every call's failure kept as a value.
 
 ``gather_nvml(nvml=...)`` takes the module as a parameter so tests pass a fake one. :class:`NvmlSampler` reads
-the changing figures (utilisation, memory, PCIe throughput, power, clocks) again and again for ``hostcheck job``.
+the changing figures (utilisation, memory, PCIe throughput, power, clocks, and on Hopper and later GPUs the GPM
+metrics SM activity and SM occupancy) again and again for ``hostcheck job``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -278,6 +280,11 @@ def _bool(v: Val) -> Val:
 # nvmlPcieUtilCounter_t and nvmlClockType_t (nvml.h)
 PCIE_TX, PCIE_RX = 0, 1
 CLOCK_SM = 1
+# nvmlGpmMetricId_t (NVML API reference, GPM Enums): NVML_GPM_METRIC_SM_UTIL "percentage of SMs that were busy"
+# (SM activity) and NVML_GPM_METRIC_SM_OCCUPANCY "percentage of warps that were active vs theoretical maximum",
+# both 0.0 - 100.0; NVML_GPM_METRICS_GET_VERSION and NVML_GPM_SUPPORT_VERSION are 1.
+GPM_SM_UTIL, GPM_SM_OCCUPANCY = 2, 3
+GPM_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -293,13 +300,21 @@ class GpuSample:
     pcie_rx_kbs: int | None = None
     power_w: float | None = None
     sm_clock_mhz: int | None = None
+    #: GPM (Hopper and later) over the interval since the previous sample: SM activity and occupancy, percent.
+    sm_active_pct: float | None = None
+    sm_occupancy_pct: float | None = None
 
 
 class NvmlSampler:
     """The changing figures of every GPU, read again and again through one NVML session (``hostcheck job``).
 
     ``error`` says why there is nothing to sample (no nvidia-ml-py, no driver); :meth:`sample` then returns ().
-    nvmlDeviceGetPcieThroughput measures over 20 ms per call, so callers ask for it less often."""
+    nvmlDeviceGetPcieThroughput measures over 20 ms per call, so callers ask for it less often.
+
+    GPM: where nvmlGpmQueryDeviceSupport says a GPU supports it, each sample reads a GPM sample into one of two
+    buffers (nvmlGpmSampleAlloc) and, from the second sample on, computes SM activity and occupancy between the
+    two with nvmlGpmMetricsGet (NVML asks for more than 100 ms between them). A GPU without GPM, or whose GPM
+    call fails, has None there: the caller falls back to utilisation and says so."""
 
     def __init__(self, nvml: Any = None, loader: Callable[[], Any] = load_pynvml) -> None:
         self.error: Unavailable | None = None
@@ -324,6 +339,61 @@ class NvmlSampler:
         for i in range(count):
             h = _call(self._nvml.nvmlDeviceGetHandleByIndex, i)
             self.handles.append(None if isinstance(h, Unavailable) else h)
+        #: Per GPU: [previous GPM sample, spare buffer] where GPM is supported, else None.
+        self.gpm: list[list[Any] | None] = [self._gpm_buffers(h) for h in self.handles]
+
+    def _gpm_buffers(self, h: Any) -> list[Any] | None:
+        nv = self._nvml
+        if h is None or not all(
+            hasattr(nv, f)
+            for f in (
+                "nvmlGpmQueryDeviceSupport",
+                "nvmlGpmSampleAlloc",
+                "nvmlGpmSampleGet",
+                "nvmlGpmSampleFree",
+                "nvmlGpmMetricsGet",
+            )
+        ):
+            return None
+        support = _call(nv.nvmlGpmQueryDeviceSupport, h)
+        if isinstance(support, Unavailable) or not getattr(support, "isSupportedDevice", 0):
+            return None
+        a, b = _call(nv.nvmlGpmSampleAlloc), _call(nv.nvmlGpmSampleAlloc)
+        if isinstance(a, Unavailable) or isinstance(b, Unavailable):
+            for buf in (a, b):
+                if not isinstance(buf, Unavailable):
+                    _call(nv.nvmlGpmSampleFree, buf)
+            return None
+        return [None, a, b]
+
+    def _gpm(self, i: int, h: Any) -> tuple[float | None, float | None]:
+        """SM activity and occupancy (percent) since the previous call for GPU ``i``; (None, None) without."""
+        bufs = self.gpm[i] if i < len(self.gpm) else None
+        if bufs is None:
+            return None, None
+        nv = self._nvml
+        prev = bufs[0]
+        cur = bufs[2] if prev is bufs[1] else bufs[1]  # the buffer that does not hold the previous sample
+        if isinstance(_call(nv.nvmlGpmSampleGet, h, cur), Unavailable):
+            bufs[0] = None
+            return None, None
+        bufs[0] = cur
+        if prev is None:
+            return None, None
+        struct = getattr(nv, "c_nvmlGpmMetricsGet_t", None)
+        if struct is None:
+            return None, None
+        try:
+            get = struct()
+            get.version = getattr(nv, "NVML_GPM_METRICS_GET_VERSION", GPM_VERSION)
+            get.numMetrics = 2
+            get.sample1, get.sample2 = prev, cur
+            get.metrics[0].metricId = getattr(nv, "NVML_GPM_METRIC_SM_UTIL", GPM_SM_UTIL)
+            get.metrics[1].metricId = getattr(nv, "NVML_GPM_METRIC_SM_OCCUPANCY", GPM_SM_OCCUPANCY)
+            nv.nvmlGpmMetricsGet(get)
+        except Exception:
+            return None, None
+        return _gpm_value(get.metrics[0]), _gpm_value(get.metrics[1])
 
     def _get(self, name: str, h: Any, *args: Any) -> Any:
         fn = getattr(self._nvml, name, None)
@@ -340,6 +410,7 @@ class NvmlSampler:
             util = self._get("nvmlDeviceGetUtilizationRates", h)
             mem = self._get("nvmlDeviceGetMemoryInfo", h)
             power = self._get("nvmlDeviceGetPowerUsage", h)
+            sm_active, sm_occupancy = self._gpm(i, h)
             out.append(
                 GpuSample(
                     index=i,
@@ -351,6 +422,8 @@ class NvmlSampler:
                     pcie_rx_kbs=self._get("nvmlDeviceGetPcieThroughput", h, PCIE_RX) if pcie else None,
                     power_w=power / 1000.0 if isinstance(power, (int, float)) else None,
                     sm_clock_mhz=self._get("nvmlDeviceGetClockInfo", h, CLOCK_SM),
+                    sm_active_pct=sm_active,
+                    sm_occupancy_pct=sm_occupancy,
                 )
             )
         return tuple(out)
@@ -367,5 +440,18 @@ class NvmlSampler:
 
     def close(self) -> None:
         if self.error is None:
+            for bufs in getattr(self, "gpm", ()):
+                for buf in (bufs or [None])[1:]:
+                    _call(self._nvml.nvmlGpmSampleFree, buf)
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
+
+
+def _gpm_value(metric: Any) -> float | None:
+    """One nvmlGpmMetric_t's value: None where its own nvmlReturn is an error or the value is not a percent."""
+    if getattr(metric, "nvmlReturn", 0):
+        return None
+    v = getattr(metric, "value", None)
+    if not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v <= 100.0:
+        return None
+    return float(v)

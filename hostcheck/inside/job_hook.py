@@ -15,7 +15,11 @@ once a second from the main thread and at exit; nothing at all for a process tha
   dataset's class and root, the worker pids);
 - optimizer steps (torch's global step post-hook), autocast use (``torch.autocast.__enter__``), channels_last
   weights and cudnn.benchmark at the first step, torch's thread count, PIL's version;
-- time inside explicit ``torch.distributed`` collectives and DDP's own backward compute/communication timers;
+- time inside explicit ``torch.distributed`` collectives (each call's start and end, so the loop's share can be
+  told from a wait at the end of the run) and DDP's own backward compute/communication timers;
+- where the loop's thread is between batches: from the first batch on, a thread of the hook's own samples that
+  thread's Python stack (``sys._current_frames``) and its kernel wait channel and state
+  (``/proc/self/task/<tid>/wchan`` and ``stat``) every STACK_S seconds, and counts the top frames;
 - an uncaught exception's type and message (DataLoader worker deaths end a job this way).
 
 DataLoader workers are forked or spawned copies: they load the hook too, but never iterate a DataLoader, so they
@@ -50,6 +54,13 @@ COLLECTIVES = (
     "all_to_all_single",
     "reduce",
 )
+#: Collective calls recorded one by one (start, end) per process; past this only their sums are kept.
+COLL_CAP = 100_000
+#: The loop thread's stack is sampled this often (seconds): low enough to cost nothing a step can see.
+STACK_S = 0.1
+#: Frames kept per stack sample (the innermost ones), and distinct stacks / wait channels counted.
+STACK_DEPTH = 4
+STACK_KEYS = 32
 _ATTR = "_hostcheck_job_state"
 _clock = time.monotonic
 
@@ -86,10 +97,15 @@ class _State:
         self.autocast = None
         self.autocast_n = 0
         self.coll = {}
+        self.coll_buf = []
+        self.coll_n = 0
         self.ddp = []
         self.ddp_data = {}
         self.error = None
         self.patched = []
+        self.stacks = None
+        self.stacks_written = 0
+        self.sampler = None
 
 
 _S = _State()
@@ -185,6 +201,13 @@ def flush(final=False):
                 it.buf = []
         if len(_S.iters) > MAX_ITERS // 2:
             _S.iters = [it for it in _S.iters if not it.ended][-MAX_ITERS // 2 :]
+        if _S.coll_buf:
+            buf, _S.coll_buf = _S.coll_buf, []
+            _S.pending.append({"k": "c", "c": [[n, round(a, 6), round(b, 6)] for n, a, b in buf]})
+        st = _S.stacks
+        if st is not None and st.n != _S.stacks_written:
+            _S.stacks_written = st.n
+            _S.pending.append(st.record())
         if _S.summed[0]:
             n, wait, gaps = _S.summed
             _S.pending.append({"k": "sum", "n": n, "wait": round(wait, 6), "gaps": round(gaps, 6)})
@@ -250,6 +273,11 @@ def _batch(it, start, end):
         return
     st = _iter_state(it)
     _S.batches += 1
+    if _S.batches == 1:
+        _start_stacks()
+    stacks = _S.stacks
+    if stacks is not None and stacks.pending:
+        stacks.commit()
     if _S.batches <= DETAIL_CAP:
         st.buf.append(start)
         st.buf.append(end)
@@ -272,6 +300,8 @@ def _epoch_end(it, now):
         st.buf = []
     _S.pending.append({"k": "e", "it": st.id, "t": now})
     _S.last_end = None
+    if _S.stacks is not None:
+        _S.stacks.drop()
     if not getattr(it, "_persistent_workers", False):
         st.ended = True
 
@@ -450,8 +480,12 @@ def _wrap_collective(name, orig):
                 c = _S.coll.get(name)
                 if c is None:
                     c = _S.coll[name] = [0, 0.0]
+                t1 = _clock()
                 c[0] += 1
-                c[1] += _clock() - t0
+                c[1] += t1 - t0
+                if _S.coll_n < COLL_CAP:
+                    _S.coll_n += 1
+                    _S.coll_buf.append((name, t0, t1))
             except Exception as exc:
                 if _signalled(exc):
                     raise
@@ -512,11 +546,153 @@ def _read_ddp():
         _S.ddp_data[i] = {k: data[k] for k in DDP_KEYS if k in data}
 
 
+# --- where the loop's thread is between batches -------------------------------------------------------------
+class _Stacks:
+    """Counts of the loop thread's stack samples: by state (data: inside next(); comm: inside a collective;
+    step: anywhere else), and for the step samples the top frames, the kernel wait channel and the thread's
+    scheduler state (R running, S sleeping, D in uninterruptible I/O). A sample counts only once the loop goes
+    on (the next batch arrives): until then it is pending, and one taken after the last batch or between
+    epochs is counted as ``outside`` the loop. Updated under ``lock``; the main thread copies it when it
+    writes."""
+
+    def __init__(self, ident, tid):
+        import threading
+
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.ident, self.tid = ident, tid
+        self.n = 0
+        self.pending = []
+        self.where = {"data": 0, "comm": 0, "step": 0, "outside": 0}
+        self.top = {}
+        self.wchan = {}
+        self.state = {}
+        self.error = None
+
+    def commit(self):
+        """The loop went on: the pending samples were in it."""
+        with self.lock:
+            for where, top, wchan, state in self.pending:
+                self.where[where] += 1
+                if where == "step":
+                    _count(self.top, top)
+                    if wchan is not None:
+                        _count(self.wchan, wchan)
+                    if state is not None:
+                        _count(self.state, state)
+            self.pending = []
+
+    def drop(self):
+        """An epoch ended: the pending samples were not in a step."""
+        with self.lock:
+            self.where["outside"] += len(self.pending)
+            self.pending = []
+
+    def record(self):
+        with self.lock:
+            where = dict(self.where)
+            where["outside"] += len(self.pending)
+            return {
+                "k": "stk",
+                "interval": STACK_S,
+                "tid": self.tid,
+                "n": self.n,
+                "where": where,
+                "top": sorted(self.top.items(), key=lambda kv: -kv[1])[:STACK_KEYS],
+                "wchan": dict(self.wchan),
+                "state": dict(self.state),
+                "error": self.error,
+            }
+
+
+def _count(d, key):
+    if key in d or len(d) < STACK_KEYS:
+        d[key] = d.get(key, 0) + 1
+    else:
+        d["(other)"] = d.get("(other)", 0) + 1
+
+
+_HOOK_FILE = _broken.__code__.co_filename
+
+
+def _read_small(path):
+    with open(path, "rb") as f:
+        return f.read(512).decode("ascii", "replace")
+
+
+def _stack_sample(st):
+    frame = sys._current_frames().get(st.ident)
+    if frame is None:
+        return False
+    where, frames, f, depth = "step", [], frame, 0
+    while f is not None and depth < 256:
+        code = f.f_code
+        if code.co_filename == _HOOK_FILE:
+            if code.co_name == "_next_data":
+                where = "data"
+            elif code.co_name == "collective":
+                where = "comm"
+        elif len(frames) < STACK_DEPTH:
+            frames.append(f"{code.co_name} ({os.path.basename(code.co_filename)}:{f.f_lineno})")
+        f = f.f_back
+        depth += 1
+    del frame, f
+    wchan = state = None
+    if where == "step" and st.tid:
+        base = f"/proc/self/task/{st.tid}/"
+        with contextlib.suppress(OSError):
+            wchan = _read_small(base + "wchan").strip() or "0"
+        with contextlib.suppress(OSError, IndexError):
+            state = _read_small(base + "stat").rpartition(")")[2].split()[0]
+    with st.lock:
+        st.n += 1
+        if len(st.pending) < 10_000:
+            st.pending.append(
+                (where, " < ".join(frames) or "?", None if wchan is None else wchan[:64], state and state[:2])
+            )
+    return True
+
+
+def _stack_loop(st, pid):
+    while not st.stop.wait(STACK_S):
+        if _S.off or os.getpid() != pid:
+            return
+        try:
+            if not _stack_sample(st):
+                return  # the loop's thread has ended
+        except Exception as exc:  # the samples are evidence, not the job: stop them, keep recording
+            st.error = f"{type(exc).__name__}: {exc}"[:200]
+            return
+
+
+def _start_stacks():
+    import threading
+
+    tid = threading.get_native_id() if hasattr(threading, "get_native_id") else None
+    st = _Stacks(threading.get_ident(), tid)
+    t = threading.Thread(target=_stack_loop, args=(st, os.getpid()), name="hostcheck-job-stacks", daemon=True)
+    try:
+        t.start()
+    except RuntimeError:  # no thread to be had: the report goes without stack samples
+        return
+    _S.stacks, _S.sampler = st, t
+
+
+def _stop_stacks():
+    st, t = _S.stacks, _S.sampler
+    if st is None or t is None or os.getpid() != _S.pid:
+        return
+    with contextlib.suppress(Exception):
+        st.stop.set()
+        t.join(1.0)
+
+
 # --- exit, exceptions, activation ---------------------------------------------------------------------------
 def _final_record():
     rec = {"k": "final", "t": _clock(), "opt_steps": _S.opt_steps, "autocast": _S.autocast}
     rec["autocast_entries"] = _S.autocast_n
     rec["collectives"] = {k: [v[0], round(v[1], 6)] for k, v in _S.coll.items()}
+    rec["collective_calls_timed"] = _S.coll_n
     try:
         if _S.ddp:
             _read_ddp()
@@ -541,6 +717,7 @@ def _final_record():
 
 
 def _at_exit():
+    _stop_stacks()
     if os.getpid() == _S.pid and not _S.off and (_S.file is not None or _S.pending or _S.batches):
         flush(final=True)
 
@@ -574,6 +751,11 @@ def _after_fork_in_child():
     _S.ddp = []
     _S.ddp_data = {}
     _S.error = None
+    _S.coll_buf = []
+    _S.coll_n = 0
+    _S.stacks = None
+    _S.stacks_written = 0
+    _S.sampler = None  # threads do not survive fork
 
 
 def _set(owner, name, value):

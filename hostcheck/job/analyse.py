@@ -19,9 +19,13 @@ from typing import Any
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.datapath import BlockDevice, DataDir
 from hostcheck.job.observe import Observation
-from hostcheck.job.records import HookProcess, LoopTimes, loop_times, wait_in_bins
+from hostcheck.job.records import HookProcess, LoopTimes, loop_times, step_spans, wait_in_bins
 from hostcheck.job.sample import CLK_TCK, ProcSample
 
+#: The GPU signals, in their order of preference (docs/job.md): SM activity from NVML's GPM metrics (Hopper and
+#: later), then NVML utilisation, labelled for what it is wherever it is shown.
+SIGNAL_GPM = "sm-activity (NVML GPM)"
+SIGNAL_UTIL = "utilisation (NVML; kernel-time utilisation, not SM activity)"
 #: Bins of the timeline's data wait, about, and the narrowest bin.
 TIMELINE_BINS = 240
 MIN_BIN_S = 0.02
@@ -78,17 +82,35 @@ class Analysis:
     timeline: dict[str, Any]
     started_wall: float = 0.0
     sampler_error: str | None = None
+    #: Where the loops' threads were between batches: the hook's stack samples, all ranks together.
+    stacks: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gpu_used(self) -> bool:
         return any(g.get("used_by_job") for g in self.gpus)
 
     @property
+    def gpu_signal(self) -> str | None:
+        """Which figure says how busy the GPUs were: SM activity from NVML's GPM metrics where every GPU the
+        job used has it, else NVML utilisation (the last resort: the share of time any kernel ran, not how
+        much of the GPU it used); None without GPU figures."""
+        used = self._judged_gpus()
+        if used and all(g.get("sm_active_mean") is not None for g in used):
+            return SIGNAL_GPM
+        if any(g.get("util_mean") is not None for g in used):
+            return SIGNAL_UTIL
+        return None
+
+    @property
     def gpu_util(self) -> float | None:
-        """Mean utilisation of the GPUs the job used (all GPUs when NVML listed no process of the job's)."""
-        used = [g for g in self.gpus if g.get("used_by_job")] or list(self.gpus)
-        vals = [g["util_mean"] for g in used if g.get("util_mean") is not None]
+        """Mean activity of the GPUs the job used (all GPUs when NVML listed no process of the job's), in the
+        :attr:`gpu_signal`'s terms."""
+        key = "sm_active_mean" if self.gpu_signal == SIGNAL_GPM else "util_mean"
+        vals = [g[key] for g in self._judged_gpus() if g.get(key) is not None]
         return sum(vals) / len(vals) if vals else None
+
+    def _judged_gpus(self) -> list[dict[str, Any]]:
+        return [g for g in self.gpus if g.get("used_by_job")] or list(self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -251,6 +273,8 @@ def _gpus(obs: Observation, s0: float, s1: float) -> tuple[dict[str, Any], ...]:
                 "mem_total_bytes": next((g.mem_total_bytes for g in gs if g.mem_total_bytes), None),
                 "power_mean_w": _r(mean("power_w"), 1),
                 "sm_clock_mean_mhz": _r(mean("sm_clock_mhz"), 0),
+                "sm_active_mean": _r(mean("sm_active_pct"), 1),
+                "sm_occupancy_mean": _r(mean("sm_occupancy_pct"), 1),
                 "pcie_rx_mb_s": _r(rx * 1024 / 1e6, 1) if rx is not None else None,
                 "pcie_tx_mb_s": _r(tx * 1024 / 1e6, 1) if tx is not None else None,
                 "used_by_job": bool(set(obs.gpu_pids.get(i, ())) & job_pids),
@@ -259,36 +283,132 @@ def _gpus(obs: Observation, s0: float, s1: float) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def _comm(ranks: Sequence[Rank]) -> dict[str, Any]:
-    """DDP's own timers (exposed communication = backward communication not overlapped by backward compute)
-    and the time inside explicit collectives, each as a share of the rank's mean step."""
-    shares, ddp_rows, coll_s = [], [], 0.0
-    seen = False
-    for r in ranks:
-        t = r.times
-        steps = max(1, t.batches - 1)
-        per_step = (t.wait_s + t.step_s) / steps if t.batches > 1 else None
-        share = 0.0
-        for d in (r.final or {}).get("ddp") or []:
-            comm, overlap = d.get("avg_backward_comm_time"), d.get("avg_backward_compute_comm_overlap_time")
-            if isinstance(comm, (int, float)) and isinstance(overlap, (int, float)) and per_step:
-                exposed = max(0.0, comm - overlap) / 1e9
-                ddp_rows.append({"pid": r.pid, "exposed_ms": round(exposed * 1000, 3), **d})
-                share += exposed / per_step
-        colls = (r.final or {}).get("collectives") or {}
-        coll = sum(v[1] for v in colls.values() if isinstance(v, list))
-        coll_s += coll
-        seen = seen or bool(colls) or bool((r.final or {}).get("ddp"))
-        loop = t.wait_s + t.step_s
-        if loop > 0:
-            share += coll / loop
-        if per_step or coll:
-            shares.append(share)
+def _merge(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Intervals sorted and joined where they overlap (empty and reversed ones dropped)."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted((a, b) for a, b in spans if b > a):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
+    """Seconds two merged interval lists have in common."""
+    i = j = 0
+    total = 0.0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if b > a:
+            total += b - a
+        if xs[i][1] <= ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _length(xs: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in xs)
+
+
+def comm_times(p: HookProcess, t: LoopTimes) -> dict[str, Any]:
+    """One rank's communication over its loop only. Explicit collectives count where they overlap the steps
+    (the main thread between a batch's arrival and the next request); DDP's exposed backward communication
+    happens inside backward, so inside the steps, and is held to the step time the collectives left. The share
+    is that time over the loop's wait + step time, so it lies in [0, 1] by construction. Collectives after the
+    loop's last batch (a final barrier while another rank evaluates) are the *end wait*; the rest (set-up,
+    between epochs) is *outside* the loop."""
+    steps = _merge(step_spans(p))
+    steps_s = _length(steps)
+    calls = _merge([(a, b) for _n, a, b in p.collectives])
+    total = _length(calls)
+    in_steps = _overlap(calls, steps)
+    end_wait = _overlap(calls, [(t.end, math.inf)]) if t.end is not None else 0.0
+    ddp_rows, ddp_s = [], 0.0
+    for d in (p.final or {}).get("ddp") or []:
+        comm, overlap = d.get("avg_backward_comm_time"), d.get("avg_backward_compute_comm_overlap_time")
+        if isinstance(comm, (int, float)) and isinstance(overlap, (int, float)):
+            exposed = max(0.0, comm - overlap) / 1e9
+            if math.isfinite(exposed):
+                ddp_rows.append({"pid": p.pid, "exposed_ms": round(exposed * 1000, 3), **d})
+                ddp_s += exposed * len(steps)
+    ddp_s = min(ddp_s, steps_s - in_steps)
+    busy = max(t.wait_s + t.step_s, steps_s)
+    seen = bool(p.collectives) or bool(ddp_rows)
     return {
-        "share": _r(sum(shares) / len(shares), 4) if shares and seen else None,
+        "pid": p.pid,
+        "share": (in_steps + ddp_s) / busy if busy > 0 and seen else None,
+        "loop_collectives_s": in_steps,
+        "ddp_exposed_s": ddp_s,
+        "end_wait_s": end_wait,
+        "outside_s": max(0.0, total - in_steps - end_wait),
+        "ddp": ddp_rows,
+    }
+
+
+def _comm(ranks: Sequence[Rank], procs: dict[int, HookProcess]) -> dict[str, Any]:
+    """Each rank's :func:`comm_times`; the job's share is the ranks' mean (so also in [0, 1])."""
+    rows, ddp_rows, shares = [], [], []
+    coll_s = 0.0
+    for r in ranks:
+        p = procs[r.pid]
+        c = comm_times(p, r.times)
+        colls = (r.final or {}).get("collectives") or {}
+        coll_s += sum(v[1] for v in colls.values() if isinstance(v, list) and isinstance(v[1], (int, float)))
+        ddp_rows += c.pop("ddp")
+        if c["share"] is not None:
+            shares.append(c["share"])
+        rows.append({"rank": r.rank, **{k: _r(v, 4) if isinstance(v, float) else v for k, v in c.items()}})
+    return {
+        "share": _r(sum(shares) / len(shares), 4) if shares else None,
         "ddp": ddp_rows,
         "collectives_s": round(coll_s, 4),
+        "end_wait_s": _r(max((x["end_wait_s"] for x in rows), default=0.0), 3),
+        "ranks": rows,
     }
+
+
+def _stacks(procs: Sequence[HookProcess]) -> dict[str, Any]:
+    """The ranks' stack-sample summaries added up: samples by where the thread was, and for the samples taken
+    in the steps the commonest top frames, kernel wait channels and thread states."""
+    out: dict[str, Any] = {"samples": 0, "where": {}, "top": {}, "wchan": {}, "state": {}, "interval_s": None}
+    for p in procs:
+        st = p.stacks
+        if not isinstance(st, dict):
+            continue
+        n = st.get("n")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            out["samples"] += n
+        if isinstance(st.get("interval"), (int, float)):
+            out["interval_s"] = st["interval"]
+        for key in ("where", "wchan", "state"):
+            src = st.get(key)
+            if not isinstance(src, dict):
+                continue
+            for k, v in list(src.items())[:64]:  # the hook keeps at most 32 keys: more is not its record
+                k = str(k)[:64]
+                if key == "where" and k not in ("data", "comm", "step", "outside"):
+                    continue
+                if key == "state" and len(k) > 2:
+                    continue
+                if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                    out[key][k] = out[key].get(k, 0) + v
+        top = st.get("top")
+        for item in top[:64] if isinstance(top, list) else ():
+            if (
+                isinstance(item, (list, tuple))
+                and len(item) == 2
+                and isinstance(item[1], int)
+                and not isinstance(item[1], bool)
+                and item[1] > 0
+            ):
+                k = str(item[0])[:400]
+                out["top"][k] = out["top"].get(k, 0) + item[1]
+    for key in ("wchan", "top"):
+        out[key] = sorted(out[key].items(), key=lambda kv: -kv[1])[:5]
+    return out
 
 
 def analyse(obs: Observation, hooks: Sequence[HookProcess], data_dirs: Sequence[DataDir] = ()) -> Analysis:
@@ -386,12 +506,13 @@ def analyse(obs: Observation, hooks: Sequence[HookProcess], data_dirs: Sequence[
         shm={"size_bytes": obs.shm_size, "peak_bytes": obs.shm_max_used, "start_bytes": obs.shm_start_used},
         gpus=_gpus(obs, s0, s1),
         gpu_error=obs.gpu_error,
-        comm=_comm(ranks),
+        comm=_comm(ranks, {p.pid: p for p in ranks_p}),
         errors=tuple(errors),
         data_dirs=tuple(_dir_dict(d) for d in data_dirs),
         timeline=_timeline(obs, ranks_p, times),
         started_wall=obs.started_wall,
         sampler_error=obs.sampler_error,
+        stacks=_stacks(ranks_p),
     )
 
 
@@ -418,9 +539,13 @@ def _timeline(obs: Observation, ranks: Sequence[HookProcess], times: dict[int, L
         vals = [r[k] for r in per_rank if r[k] is not None]
         wait.append(round(100 * min(1.0, sum(vals) / len(vals)), 1) if vals else None)
     used = {i for i, pids in obs.gpu_pids.items() if set(pids) & set(obs.procs)}
+    # The picture's line is one signal for the whole run: SM activity where GPM gave it, else utilisation.
+    gpm = any(g.sm_active_pct is not None for _t, gpus in obs.gpu_samples for g in gpus)
     gpu = []
     for t, gpus in obs.gpu_samples:
-        vals = [g.util_pct for g in gpus if g.util_pct is not None and (not used or g.index in used)]
+        mine = [g for g in gpus if not used or g.index in used]
+        vals = [g.sm_active_pct if gpm else g.util_pct for g in mine]
+        vals = [v for v in vals if v is not None]
         if vals:
             gpu.append([round(t - obs.t0, 3), round(sum(vals) / len(vals), 1)])
     rank_pids = {p.pid for p in ranks}
@@ -446,6 +571,7 @@ def _timeline(obs: Observation, ranks: Sequence[HookProcess], times: dict[int, L
         "bin_s": round(width, 4),
         "wait_pct": wait,
         "gpu": gpu,
+        "gpu_signal": (SIGNAL_GPM if gpm else SIGNAL_UTIL) if gpu else None,
         "cpu": cpu,
         "cores": obs.cores,
     }

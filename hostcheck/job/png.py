@@ -291,6 +291,13 @@ def _legend(cv: Canvas, x: int, y: int, items: Sequence[tuple[str, Any]]) -> Non
 WIDTH, HEIGHT = 960, 500
 
 
+def _gpu_label(signal: Any) -> str:
+    """The green line's name says which signal it is (utilisation is only the share of time a kernel ran)."""
+    if isinstance(signal, str) and signal.startswith("sm-activity"):
+        return "GPU SM activity % (NVML GPM)"
+    return "GPU utilisation % (kernel time, not SM activity)"
+
+
 def draw_timeline(timeline: dict[str, Any], title: str, subtitle: str, gpu_note: str = "") -> bytes:
     """The picture: title, a panel of data wait and GPU busy (%), a panel of CPU cores, over seconds since the
     job started."""
@@ -313,7 +320,12 @@ def draw_timeline(timeline: dict[str, Any], title: str, subtitle: str, gpu_note:
         top.series(gpu, GREEN, 2)
     items = [("data wait (% of the bin, training processes)", RED)]
     items.append(
-        ("GPU busy %" if has_gpu else f"GPU busy: {gpu_note or 'no GPU figures'}", GREEN if has_gpu else GREY)
+        (
+            _gpu_label(timeline.get("gpu_signal"))
+            if has_gpu
+            else f"GPU busy: {gpu_note or 'no GPU figures'}",
+            GREEN if has_gpu else GREY,
+        )
     )
     _legend(cv, left, 62, items)
     cores = float(timeline.get("cores") or 1)

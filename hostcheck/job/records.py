@@ -43,6 +43,10 @@ class HookProcess:
     final: dict[str, Any] | None = None
     errors: tuple[dict[str, Any], ...] = ()
     bad_lines: int = 0
+    #: Explicit collective calls (name, start, end) in monotonic seconds, sorted by start.
+    collectives: tuple[tuple[str, float, float], ...] = ()
+    #: The last summary of the hook's stack samples of the loop's thread (its "stk" record).
+    stacks: dict[str, Any] | None = None
 
     @property
     def rank(self) -> int | None:
@@ -70,7 +74,8 @@ def parse_lines(lines: list[str]) -> HookProcess | None:
         return None
     batches: list[tuple[float, float, int]] = []
     iters, ends, errors = [], [], []
-    model = final = None
+    model = final = stacks = None
+    colls: list[tuple[str, float, float]] = []
     n_sum, wait_sum, gap_sum = 0, 0.0, 0.0
     for r in recs:
         k = r.get("k")
@@ -89,6 +94,10 @@ def parse_lines(lines: list[str]) -> HookProcess | None:
                 model = r
             elif k == "final":
                 final = r
+            elif k == "c":
+                colls += [(str(c[0])[:40], float(c[1]), float(c[2])) for c in r.get("c", [])]
+            elif k == "stk":
+                stacks = r
             elif k == "sum":
                 n_sum += int(r.get("n", 0))
                 wait_sum += float(r.get("wait", 0.0))
@@ -116,6 +125,8 @@ def parse_lines(lines: list[str]) -> HookProcess | None:
         final=final,
         errors=tuple(errors),
         bad_lines=bad,
+        collectives=tuple(sorted(colls, key=lambda c: c[1])),
+        stacks=stacks,
     )
 
 
@@ -159,6 +170,23 @@ class LoopTimes:
         return self.wait_s / busy if busy > 0 else None
 
 
+def _crossed(p: HookProcess, prev_end: float, start: float) -> bool:
+    """An epoch ended between the two batches: the gap between them is not a step."""
+    j = bisect.bisect_left(p.epoch_ends, prev_end)
+    return j < len(p.epoch_ends) and p.epoch_ends[j] <= start
+
+
+def step_spans(p: HookProcess) -> list[tuple[float, float]]:
+    """The steps of one process (a batch's arrival to the next request), as :func:`loop_times` counts them."""
+    b = p.batches
+    out = []
+    for i in range(1, len(b)):
+        prev_end, start = b[i - 1][1], b[i][0]
+        if start >= prev_end and not _crossed(p, prev_end, start):
+            out.append((prev_end, start))
+    return out
+
+
 def loop_times(p: HookProcess) -> LoopTimes:
     """Wait and step times of one process: batches in time order, whichever iterator they came from."""
     b = p.batches
@@ -173,9 +201,7 @@ def loop_times(p: HookProcess) -> LoopTimes:
     for i in range(1, len(b)):
         prev_end, (start, end) = b[i - 1][1], b[i]
         gap = start - prev_end
-        # An epoch ended between the two batches: the gap is not a step.
-        j = bisect.bisect_left(p.epoch_ends, prev_end)
-        crossed = j < len(p.epoch_ends) and p.epoch_ends[j] <= start
+        crossed = _crossed(p, prev_end, start)
         it = p.batch_iters[i] if i < len(p.batch_iters) else None
         new_iter = it is not None and it not in seen_iters
         if it is not None:

@@ -132,9 +132,17 @@ def render_text(a: Analysis, v: Verdict) -> str:
     shm = a.shm
     lines.append(f"  /dev/shm  peak {_bytes(shm.get('peak_bytes'))} of {_bytes(shm.get('size_bytes'))}")
     if a.gpus:
+        lines.append(f"  GPU       judged by {a.gpu_signal or 'no figure'}")
         for g in a.gpus:
+            gpm = (
+                f"SM activity {_num(g.get('sm_active_mean'), '%', 0)}, SM occupancy "
+                f"{_num(g.get('sm_occupancy_mean'), '%', 0)} (NVML GPM), "
+                if g.get("sm_active_mean") is not None
+                else ""
+            )
             lines.append(
-                f"  GPU {g['index']}     busy {_num(g.get('util_mean'), '%', 0)}, memory {_bytes(g.get('mem_used_max_bytes'))}"
+                f"  GPU {g['index']}     {gpm}utilisation {_num(g.get('util_mean'), '%', 0)} (kernel time, not SM "
+                f"activity), memory {_bytes(g.get('mem_used_max_bytes'))}"
                 f" of {_bytes(g.get('mem_total_bytes'))}, {_num(g.get('power_mean_w'), ' W', 0)}, SM "
                 f"{_num(g.get('sm_clock_mean_mhz'), ' MHz', 0)}, PCIe rx {_num(g.get('pcie_rx_mb_s'), ' MB/s', 0)} tx "
                 f"{_num(g.get('pcie_tx_mb_s'), ' MB/s', 0)}{'' if g.get('used_by_job') else ' (no process of the job on it)'}"
@@ -143,9 +151,25 @@ def render_text(a: Analysis, v: Verdict) -> str:
         lines.append(f"  GPU       none sampled ({a.gpu_error or 'no GPU'})")
     if a.comm.get("share") is not None or a.comm.get("ddp"):
         lines.append(
-            f"  comm      exposed communication {pct(a.comm.get('share'))} of a step; collectives "
-            f"{a.comm.get('collectives_s')} s"
+            f"  comm      communication inside the loop {pct(a.comm.get('share'))} of it; collectives "
+            f"{a.comm.get('collectives_s')} s in all, of which {_num(a.comm.get('end_wait_s'), ' s', 1)} waiting "
+            "after the loop"
         )
+    st = a.stacks or {}
+    where = st.get("where") or {}
+    if st.get("samples"):
+        line = (
+            f"  stacks    {st['samples']} samples of the loop thread: {where.get('step', 0)} between batches, "
+            f"{where.get('data', 0)} waiting for data, {where.get('comm', 0)} in collectives, "
+            f"{where.get('outside', 0)} outside the loop"
+        )
+        top = st.get("top") or []
+        if top:
+            line += f"; between batches mostly at {top[0][0]} ({top[0][1]})"
+        wchan = [f"{w} ({n})" for w, n in st.get("wchan") or [] if w not in ("0", "")]
+        if wchan:
+            line += f"; wchan {', '.join(wchan[:3])}"
+        lines.append(line)
     for e in a.errors:
         msg = (e.get("message") or "").strip().splitlines()
         lines.append(f"  error     {e.get('type')}: {msg[0][:160] if msg else ''}")
@@ -183,8 +207,20 @@ def report_dict(a: Analysis, v: Verdict, png_path: str | None = None) -> dict[st
         },
         **{
             k: body[k]
-            for k in ("ranks", "cpu", "io", "shm", "gpus", "gpu_error", "comm", "errors", "data_dirs")
+            for k in (
+                "ranks",
+                "cpu",
+                "io",
+                "shm",
+                "gpus",
+                "gpu_error",
+                "comm",
+                "errors",
+                "data_dirs",
+                "stacks",
+            )
         },
+        "gpu_signal": a.gpu_signal,
         "timeline": a.timeline,
         "png": png_path,
     }

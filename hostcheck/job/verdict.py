@@ -1,21 +1,31 @@
 """The verdict on a job: what held it back, the evidence, and the fix in the terms of our roles' settings.
 
 Pure: an :class:`~hostcheck.job.analyse.Analysis` in, a :class:`Verdict` out. Every threshold is a named constant
-here and a row of docs/job.md, with where it comes from. The rules, in order:
+here and a row of docs/job.md, with where it comes from; the newer ones are rows of hostcheck/data/
+job_thresholds.json (value, unit, source or own basis). The rules, in order:
 
 1. a DataLoader worker died or raised (the job's error says so): ``worker-died``;
-2. fewer than MIN_BATCHES batches: ``idle-gpu`` when a GPU sat under GPU_BUSY_TARGET, else ``no-training-loop``;
-3. the GPUs the job used were busy at GPU_BUSY_TARGET or more: ``compute-bound``;
+2. fewer than MIN_BATCHES batches: ``idle-gpu`` when a GPU sat under its busy target, else ``no-training-loop``;
+3. the GPUs the job used were busy at their target or more (SM activity from NVML GPM against SM_ACTIVE_TARGET;
+   without GPM, NVML utilisation against GPU_BUSY_TARGET): ``compute-bound``;
 4. the main thread waited for data INPUT_WAIT_SHARE of the loop or more: ``input-bound``, with the causes below;
-5. DDP communication not hidden behind backward compute (plus explicit collectives) took COMM_SHARE of a step or
-   more: ``communication-bound``;
-6. a GPU was there and under GPU_BUSY_TARGET: ``idle-gpu`` (the main thread is busy, the GPU is not);
-7. otherwise ``compute-bound`` (without a GPU: on the CPU).
+5. communication inside the loop's steps (explicit collectives, and DDP's backward communication not hidden
+   behind backward compute) took COMM_SHARE of the loop or more: ``communication-bound``; a wait in collectives
+   after the loop (ranks ending at different times) is a finding, never this verdict;
+6. the loop's processes used less than HOST_BLOCKED_CPU cores and, where the hook sampled the loop thread's
+   stack, it was asleep in HOST_BLOCKED_ASLEEP of the samples in its steps: ``host-blocked`` (neither
+   computing, nor waiting for data, nor communicating), with the top frames and the kernel wait channel;
+7. a GPU was there and under its target: ``idle-gpu`` (the main thread is busy, the GPU is not);
+8. otherwise ``compute-bound`` (without a GPU: on the CPU).
 
 Input-bound causes (each when its evidence is there; the fix lists them in this order): shared memory, CPU-bound
 decoding in the workers, storage, too few workers; a wait none of them explains says so. Oversubscription of the
 cores by torch's threads and the workers, pin_memory, persistent_workers and the GPU-side settings (autocast,
 channels_last, cudnn.benchmark) are findings beside the verdict.
+
+Why one module: the rules are one ordered decision over one set of thresholds, and the causes and findings must
+not contradict each other (the worker advice, oversubscription and the node's CPU read the same figures); split,
+the order and the thresholds would be spread over files that each only make sense with the others.
 """
 
 from __future__ import annotations
@@ -23,10 +33,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hostcheck import fixes
-from hostcheck.job.analyse import Analysis
+from hostcheck.config import _threshold_defaults
+from hostcheck.job.analyse import SIGNAL_GPM, Analysis
+
+#: The job doctor's newer thresholds, each with its source or its own-measurement basis.
+JOB_THRESHOLDS_DATA = Path(__file__).resolve().parents[1] / "data" / "job_thresholds.json"
+_JOB = _threshold_defaults(JOB_THRESHOLDS_DATA)
 
 #: The field's rule of thumb for a training job: keep the GPU's utilisation (NVML: the share of time a kernel
 #: ran) at 90% or more.
@@ -58,11 +74,23 @@ PSI_IO_SHARE = 0.20
 JOB_READ_MB_S = 1.0
 #: Epoch starts that wait this long on average for new workers call for persistent_workers=True (ours).
 EPOCH_START_WAIT_S = 1.0
+#: SM activity (NVML GPM) at or above which the GPUs are busy: DCGM's guidance for its SM-activity field.
+SM_ACTIVE_TARGET = float(_JOB["sm_active_target_pct"])
+#: The loop's processes using less than this many cores (each, over the loop) are not computing (own).
+HOST_BLOCKED_CPU = float(_JOB["host_blocked_cpu_cores"])
+#: ... and, where the loop thread's stack was sampled, asleep in this share of the samples in its steps (own).
+HOST_BLOCKED_ASLEEP = float(_JOB["host_blocked_asleep_share"])
+#: Fewer stack samples in the steps than this are no evidence either way (own).
+MIN_STACK_SAMPLES = int(_JOB["min_stack_samples"])
+#: What handing one batch from a worker to the main thread costs it (own measurement): a fetch in the main
+#: process cheaper than this is not sped up by workers.
+WORKER_HANDOFF_MS = float(_JOB["worker_handoff_ms"])
 
 KINDS = (
     "input-bound",
     "compute-bound",
     "communication-bound",
+    "host-blocked",
     "idle-gpu",
     "worker-died",
     "no-training-loop",
@@ -260,10 +288,28 @@ def _input_causes(a: Analysis) -> list[Cause]:
                 "or cache it in RAM or local scratch; on network storage more workers hide latency",
             )
         )
-    if nw == 0:
+    node_busy = cpu.get("node_busy")
+    node_saturated = node_busy is not None and node_busy >= JOB_SATURATED * cores and not node_full
+    fetch_ms = _main_fetch_ms(a)
+    if nw == 0 and fetch_ms is not None and fetch_ms < WORKER_HANDOFF_MS and not storage and not shm:
+        causes.append(
+            Cause(
+                "cheap-fetch",
+                f"num_workers=0 and a batch took {fetch_ms:.2f} ms to fetch in the main process (median), less "
+                f"than handing a batch over from a worker costs (about {WORKER_HANDOFF_MS:g} ms): workers "
+                "would make each batch slower",
+                "no workers needed; the wait is per-sample indexing and collation: fetch whole batches at once "
+                "(DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), "
+                "batch_size=None) with a Dataset that takes a list of indices, as TensorDataset does) or a "
+                "larger batch",
+            )
+        )
+    elif nw == 0:
         ev = f"num_workers=0: the main process loads every batch itself (CPU {_cores(main_cpu)})"
         if main_cpu is not None and main_cpu >= MAIN_LOADING_CPU:
             ev += ", decoding while the model waits"
+        if fetch_ms is not None:
+            ev += f"; a batch takes {fetch_ms:.1f} ms to fetch, more than a worker's hand-off"
         causes.append(
             Cause(
                 "too-few-workers",
@@ -272,12 +318,22 @@ def _input_causes(a: Analysis) -> list[Cause]:
                 + (", pin_memory=True)" if a.gpu_used else ")"),
             )
         )
+    elif nw is not None and node_saturated and not saturated and not storage:
+        causes.append(
+            Cause(
+                "node-cpu-busy",
+                f"the node's CPUs were busy ({node_busy:.2f} of {cores} cores) while the job itself used "
+                f"{_cores(job_cpu)}: other processes hold the cores more workers would need",
+                "run it where nothing else competes (a Slurm exclusive allocation, a drained node), then again",
+            )
+        )
     elif nw is not None and not saturated and not node_full and not storage and nw < want:
         causes.append(
             Cause(
                 "too-few-workers",
-                f"num_workers={nw} and the CPU was not busy (workers {_cores(wmean)} each, the job "
-                f"{_cores(job_cpu)} of {cores}): more workers would load in parallel",
+                f"num_workers={nw} and the job's CPU was not busy (workers {_cores(wmean)} each, the job "
+                f"{_cores(job_cpu)} of {cores}, the node {_cores(node_busy)}): more workers would load in "
+                "parallel",
                 f"DataLoader(num_workers={want})",
             )
         )
@@ -291,6 +347,17 @@ def _input_causes(a: Analysis) -> list[Cause]:
             )
         )
     return causes
+
+
+def _main_fetch_ms(a: Analysis) -> float | None:
+    """The hook's median wait per batch of the ranks that load in the main process (num_workers=0): there the
+    wait is the fetch itself (indexing, loading, collation)."""
+    vals = [
+        r.times.median_wait_ms
+        for r in a.ranks
+        if r.loader.get("num_workers") == 0 and r.times.median_wait_ms is not None
+    ]
+    return max(vals) if vals else None
 
 
 def _cores(x: float | None) -> str:
@@ -331,11 +398,13 @@ def _findings(a: Analysis, kind: str) -> list[Cause]:
         )
     threads = [r.threads for r in a.ranks if r.threads]
     workers = a.cpu.get("workers_n") or 0
+    # Workers count by the cores they used (measured), not by their number: idle workers take no core.
+    worker_cores = a.cpu.get("workers") or 0.0
     if threads:
-        used = sum(threads) + workers
+        used = sum(threads) + worker_cores
         if used > a.cores:
             ranks = _ranks_n(a)
-            n = max(1, (a.cores - workers) // ranks)
+            n = max(1, int(a.cores - worker_cores) // ranks)
             if n < max(threads):
                 fix = fixes.THREADS.format(n=n) + " (OMP_NUM_THREADS in the training environment)"
             else:  # one thread a rank already: the workers are what is too many
@@ -344,11 +413,23 @@ def _findings(a: Analysis, kind: str) -> list[Cause]:
             out.append(
                 Cause(
                     "oversubscribed",
-                    f"{ranks} rank(s) x {max(threads)} torch threads + {workers} DataLoader workers = {used} "
-                    f"busy threads on {a.cores} cores",
+                    f"{ranks} rank(s) x {max(threads)} torch threads + {workers} DataLoader workers using "
+                    f"{worker_cores:.1f} cores = {used:.1f} busy on {a.cores} cores",
                     fix,
                 )
             )
+    end_wait = a.comm.get("end_wait_s")
+    if end_wait and a.loop_s > 0 and end_wait >= COMM_SHARE * a.loop_s:
+        out.append(
+            Cause(
+                "end-wait",
+                f"a rank waited {end_wait:.1f} s in collectives after its training loop (the loop took "
+                f"{a.loop_s:.1f} s): ranks ended at different times (one evaluating or saving while the others "
+                "wait at a barrier). Not gradient communication, and not counted in the loop's shares",
+                "share the end-of-run work (evaluation, checkpointing) across ranks, or accept the wait; "
+                "it is not the interconnect",
+            )
+        )
     if a.gpu_used and any(r.loader and r.loader.get("pin_memory") is False for r in a.ranks):
         out.append(
             Cause(
@@ -404,14 +485,69 @@ def _gpu_settings(a: Analysis) -> list[Cause]:
     return out
 
 
+def gpu_target(a: Analysis) -> float:
+    """The busy line for the signal the GPUs were judged by (SM activity or, the last resort, utilisation)."""
+    return SM_ACTIVE_TARGET if a.gpu_signal == SIGNAL_GPM else GPU_BUSY_TARGET
+
+
+def gpu_words(a: Analysis) -> str:
+    """The GPU figure in words that say which signal it is."""
+    util = a.gpu_util
+    if util is None:
+        return "no GPU figures"
+    if a.gpu_signal == SIGNAL_GPM:
+        return f"GPU SM activity {util:.0f}% (NVML GPM)"
+    return f"GPU utilisation {util:.0f}% (NVML: kernel-time utilisation, not SM activity)"
+
+
+def _host_blocked(a: Analysis) -> Cause | None:
+    """The loop thread neither computes (its processes barely use a core) nor waits for data or communicates
+    (rules 4 and 5 came first): it waits in some other host call. Stack samples, where there are enough,
+    must agree (the thread asleep in most samples taken in its steps); they also say where it waits."""
+    main = a.cpu.get("main")
+    if main is None or not a.ranks:
+        return None
+    per_rank = main / len(a.ranks)
+    if per_rank >= HOST_BLOCKED_CPU:
+        return None
+    st = a.stacks or {}
+    in_steps = (st.get("where") or {}).get("step", 0)
+    states = st.get("state") or {}
+    asleep = sum(v for k, v in states.items() if k in ("S", "D"))
+    if in_steps >= MIN_STACK_SAMPLES and states and asleep < HOST_BLOCKED_ASLEEP * sum(states.values()):
+        return None
+    ev = f"the loop's process used {per_rank:.2f} cores over the loop (computing from {HOST_BLOCKED_CPU:g})"
+    where = ""
+    top = st.get("top") or []
+    if in_steps >= MIN_STACK_SAMPLES and top:
+        frames, n = top[0]
+        ev += f"; in {n} of {in_steps} stack samples taken between batches the thread was at {frames}"
+        where = f" (at {frames.split(' < ')[0]})"
+        if states:
+            ev += f", asleep in {asleep} of {sum(states.values())}"
+        wchan = [w for w, _n in st.get("wchan") or [] if w not in ("0", "")]
+        if wchan:
+            ev += f"; kernel wait channel {wchan[0]}"
+    elif in_steps < MIN_STACK_SAMPLES:
+        ev += f"; too few stack samples to say where ({in_steps})"
+    return Cause(
+        "host-call",
+        ev,
+        f"move the blocking call{where} out of the training step: run it in a background thread, every N "
+        "steps, or asynchronously (a sleep, a lock, a synchronous log/metrics/checkpoint write, a remote call, a "
+        "subprocess); py-spy dump --pid PID shows the thread live",
+    )
+
+
 def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
-    """The loop's classification (rules 3 to 7), its causes and a one-line headline."""
+    """The loop's classification (rules 3 to 8), its causes and a one-line headline."""
     util = a.gpu_util
     w = a.wait_share
     comm = a.comm.get("share")
-    gpu = f"GPU busy {util:.0f}%" if util is not None else "no GPU figures"
-    if util is not None and util >= GPU_BUSY_TARGET:
-        return "compute-bound", [], f"compute-bound: {gpu} (target {GPU_BUSY_TARGET:.0f}%)"
+    gpu = gpu_words(a)
+    target = gpu_target(a)
+    if util is not None and util >= target:
+        return "compute-bound", [], f"compute-bound: {gpu} (target {target:.0f}%)"
     if w is not None and w >= INPUT_WAIT_SHARE:
         causes = _input_causes(a)
         why = ", ".join(c.id for c in causes)
@@ -426,13 +562,22 @@ def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
             [
                 Cause(
                     "ddp-communication",
-                    f"gradient communication not hidden behind backward took {pct(comm)} of a step",
+                    f"communication inside the loop's steps (collectives, and DDP's gradient communication not "
+                    f"hidden behind backward) took {pct(comm)} of the loop",
                     "check the interconnect (hostcheck's workload.E013 all_reduce bus bandwidth); DDP("
                     "gradient_as_bucket_view=True, bucket_cap_mb=...), model.no_sync() under gradient "
                     "accumulation, a larger batch per GPU",
                 )
             ],
-            f"communication-bound: {pct(comm)} of each step waits for gradients",
+            f"communication-bound: communication took {pct(comm)} of the loop",
+        )
+    blocked = _host_blocked(a)
+    if blocked is not None:
+        return (
+            "host-blocked",
+            [blocked],
+            f"host-blocked: the main thread was neither computing ({a.cpu.get('main'):.2f} cores), nor waiting "
+            f"for data ({pct(w)}), nor communicating ({pct(comm or 0.0)}): it waits in a host call",
         )
     if a.gpus and util is not None:
         return (
@@ -480,11 +625,14 @@ def judge(a: Analysis) -> Verdict:
         "wait_share": None if a.wait_share is None else round(a.wait_share, 4),
         "input_wait_share_threshold": INPUT_WAIT_SHARE,
         "gpu_util": None if a.gpu_util is None else round(a.gpu_util, 1),
-        "gpu_busy_target": GPU_BUSY_TARGET,
+        "gpu_signal": a.gpu_signal,
+        "gpu_busy_target": gpu_target(a),
         "comm_share": a.comm.get("share"),
         "comm_share_threshold": COMM_SHARE,
         "batches": a.batches,
         "min_batches": MIN_BATCHES,
+        "end_wait_s": a.comm.get("end_wait_s"),
+        "host_blocked_cpu_threshold": HOST_BLOCKED_CPU,
     }
     err = worker_error(a)
     if err is not None:
@@ -502,10 +650,10 @@ def judge(a: Analysis) -> Verdict:
         )
     if a.batches < MIN_BATCHES:
         util = a.gpu_util
-        if util is not None and util < GPU_BUSY_TARGET:
+        if util is not None and util < gpu_target(a):
             return Verdict(
                 "idle-gpu",
-                f"idle GPU ({util:.0f}% busy) and {a.batches} DataLoader batches in {a.duration_s:.0f} s",
+                f"idle GPU ({gpu_words(a)}) and {a.batches} DataLoader batches in {a.duration_s:.0f} s",
                 tuple(_idle_causes(a)),
                 (),
                 None,

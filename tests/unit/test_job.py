@@ -25,6 +25,10 @@ SCRIPTS = {
     "compute_bound": ("compute-bound", 0),
     "worker_crash": ("worker-died", 1),
     "exit_nonzero": ("compute-bound", 3),
+    # The issue's false verdicts: a main thread blocked in a host call was "compute-bound on the CPU"; a short
+    # run over in-memory tensors was told "use num_workers=2", which is slower.
+    "host_blocked": ("host-blocked", 0),
+    "in_memory": ("input-bound", 0),
 }
 MARK = "HOSTCHECK_JOB_TEST_MARK"
 
@@ -186,4 +190,60 @@ def test_two_ddp_ranks_under_torchrun_are_each_seen_with_ddp_s_timers(tmp_path):
     assert all(r["batches"] == 24 and r["ddp"] for r in doc["ranks"])
     assert doc["comm"]["share"] is not None and len(doc["comm"]["ddp"]) == 2
     assert doc["verdict"]["kind"] in ("compute-bound", "communication-bound", "input-bound")
+    assert leftovers(mark) == []
+
+
+def test_a_main_thread_blocked_in_a_host_call_is_host_blocked_with_where_it_waits(runs):
+    """60 ms a step in a blocking call at a few hundredths of a core: neither compute, data nor communication;
+    the evidence names the frame from the hook's stack samples, and the fix says what to do with it."""
+    doc = runs["host_blocked"]["doc"]
+    v = doc["verdict"]
+    assert v["kind"] == "host-blocked" and [c["id"] for c in v["causes"]] == ["host-call"]
+    cause = v["causes"][0]
+    assert "push_metrics (host_blocked.py:" in cause["evidence"], cause
+    assert "push_metrics" in cause["fix"] and "background thread" in cause["fix"]
+    assert doc["cpu"]["main"] < 0.25
+    st = doc["stacks"]
+    assert st["where"]["step"] >= 5 and st["top"][0][0].startswith("push_metrics (host_blocked.py:")
+    assert st["state"].get("S", 0) >= st["where"]["step"] // 2
+    assert "  stacks    " in runs["host_blocked"]["stderr"]
+
+
+def test_a_cheap_in_memory_fetch_is_told_no_workers_are_needed(runs):
+    doc = runs["in_memory"]["doc"]
+    v = doc["verdict"]
+    assert [c["id"] for c in v["causes"]] == ["cheap-fetch"], v
+    assert v["causes"][0]["fix"].startswith("no workers needed")
+    assert "num_workers=" not in v["causes"][0]["fix"] + v["headline"]
+    assert doc["ranks"][0]["median_wait_ms"] < 1.0
+
+
+def test_the_compute_bound_and_input_bound_jobs_are_not_host_blocked(runs):
+    """The fault absent: jobs that compute or wait for data keep their verdicts and show no host-call."""
+    for name in ("compute_bound", "input_bound"):
+        causes = [c["id"] for c in runs[name]["doc"]["verdict"]["causes"]]
+        assert "host-call" not in causes and runs[name]["doc"]["verdict"]["kind"] != "host-blocked", name
+    assert runs["compute_bound"]["doc"]["cpu"]["main"] >= 0.25
+
+
+def test_a_final_barrier_while_one_rank_evaluates_is_an_end_wait_not_communication(tmp_path):
+    """Two ranks that never communicate inside their loops meet at a final dist.barrier() while rank 0
+    evaluates for 4 s: the loop's communication share stays near 0, and the wait is reported apart, as a
+    finding. Before, this job read "communication-bound: 51% of each step" (the issue's jobs, 346-436%)."""
+    mark = uuid.uuid4().hex
+    out = tmp_path / "end.json"
+    argv = [sys.executable, "-m", "hostcheck", "job", "--json", str(out), "--"]
+    argv += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += [str(JOBS / "end_barrier.py")]
+    env = {**os.environ, MARK: mark, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
+    assert doc["verdict"]["kind"] != "communication-bound", doc["verdict"]
+    assert doc["comm"]["share"] < 0.10
+    assert all(0.0 <= r["share"] <= 1.0 for r in doc["comm"]["ranks"])
+    assert doc["comm"]["end_wait_s"] >= 3.0
+    assert "end-wait" in [c["id"] for c in doc["verdict"]["findings"]]
+    assert "waiting after the loop" in p.stderr
     assert leftovers(mark) == []

@@ -205,9 +205,11 @@ def test_a_pipe_error_from_next_with_workers_is_a_dead_worker():
 
 
 def test_too_many_threads_for_the_cores_name_the_omp_setting():
-    v = judge(analysis(ranks=(rank(threads=16, num_workers=8),), cores=16, cpu={"workers_n": 8}))
+    # Busy workers (1.0 core each, measured) count as busy threads.
+    cpu = {"workers_n": 8, "workers": 8.0}
+    v = judge(analysis(ranks=(rank(threads=16, num_workers=8),), cores=16, cpu=cpu))
     over = next(c for c in v.findings if c.id == "oversubscribed")
-    assert "16 torch threads + 8 DataLoader workers = 24 busy threads on 16 cores" in over.evidence
+    assert "16 torch threads + 8 DataLoader workers using 8.0 cores = 24.0 busy on 16 cores" in over.evidence
     assert "gpunode_tuning_omp_num_threads: 8" in over.fix
 
 
@@ -230,7 +232,7 @@ def test_the_text_leads_with_the_verdict_and_shows_the_gpu():
     text = render_text(a, judge(a))
     assert text.startswith("hostcheck job: input-bound (too-few-workers)")
     assert "  fix       DataLoader(num_workers=31" in text
-    assert "  GPU 0     busy 41%, memory 10.0 GiB of 80.0 GiB" in text
+    assert "  GPU 0     utilisation 41% (kernel time, not SM activity), memory 10.0 GiB of 80.0 GiB" in text
     doc = report_dict(a, judge(a))
     assert doc["verdict"]["measures"]["input_wait_share_threshold"] == INPUT_WAIT_SHARE
 
@@ -253,3 +255,106 @@ def test_the_picture_draws_gpu_busy_and_data_wait():
         assert im.size == (png.WIDTH, png.HEIGHT)
         colours = {im.getpixel((x, y)) for x in range(70, png.WIDTH - 24, 3) for y in range(80, 450, 3)}
     assert {png.GREEN, png.RED_FILL, png.BLUE, png.ORANGE} <= colours
+
+
+# --- the issue's false verdicts, each with the fault planted and absent ------------------------------------------
+
+
+def test_idle_workers_are_not_busy_threads():
+    """Two workers at 0.01 cores each on a 2-core node with one torch thread: not oversubscribed (they were
+    counted as 3 busy threads on 2 cores); the same workers at a core each are."""
+    idle = {"workers_n": 2, "workers": 0.02, "worker_mean": 0.01, "job": 1.0, "node_busy": 1.1}
+    v = judge(analysis(ranks=(rank(threads=1, num_workers=2),), cores=2, gpu_util=None, cpu=idle))
+    assert "oversubscribed" not in ids(v.findings)
+    busy = {**idle, "workers": 2.0, "worker_mean": 1.0, "job": 3.0, "node_busy": 2.0}
+    v = judge(analysis(ranks=(rank(threads=1, num_workers=2),), cores=2, gpu_util=None, cpu=busy))
+    assert "oversubscribed" in ids(v.findings)
+
+
+def test_a_busy_node_is_not_told_the_cpu_was_not_busy():
+    """Input-bound with idle workers while other processes hold every core: the cause is the node's CPU, said
+    apart from the job's own, never "the CPU was not busy"."""
+    cpu = {"workers_n": 2, "workers": 0.02, "worker_mean": 0.01, "job": 0.3, "node_busy": 2.0}
+    v = judge(analysis(ranks=(rank(wait_share=0.4, num_workers=2),), cores=2, gpu_util=None, cpu=cpu))
+    assert v.kind == "input-bound" and ids(v.causes) == ["node-cpu-busy"]
+    assert "2.00 of 2 cores" in v.causes[0].evidence and "0.30 cores" in v.causes[0].evidence
+    assert "not busy" not in v.headline + v.causes[0].evidence
+    quiet = {**cpu, "node_busy": 0.4}
+    v = judge(analysis(ranks=(rank(wait_share=0.4, num_workers=2),), cores=8, gpu_util=None, cpu=quiet))
+    assert ids(v.causes) == ["too-few-workers"]
+
+
+def test_a_fetch_cheaper_than_a_worker_s_hand_off_needs_no_workers():
+    cheap = rank(wait_share=0.4, num_workers=0, times=times(4.0, 6.0))
+    cheap = replace(cheap, times=replace(cheap.times, median_wait_ms=0.2))
+    v = judge(analysis(ranks=(cheap,), gpu_util=None, cpu={"workers_n": 0}))
+    assert ids(v.causes) == ["cheap-fetch"] and v.causes[0].fix.startswith("no workers needed")
+    assert "num_workers=" not in v.causes[0].fix
+    slow = replace(cheap, times=replace(cheap.times, median_wait_ms=60.0))
+    v = judge(analysis(ranks=(slow,), gpu_util=None, cpu={"workers_n": 0}))
+    assert ids(v.causes) == ["too-few-workers"] and "num_workers=31" in v.causes[0].fix
+
+
+def stacks(step: int = 24, asleep: int = 24) -> dict:
+    return {
+        "samples": step + 1,
+        "where": {"step": step, "data": 1, "comm": 0, "outside": 0},
+        "top": [["push_metrics (train.py:13) < <module> (train.py:26)", step]],
+        "wchan": [["hrtimer_nanosleep", asleep]],
+        "state": {"S": asleep, "R": step - asleep},
+        "interval_s": 0.1,
+    }
+
+
+def test_a_main_thread_asleep_in_a_host_call_is_host_blocked_with_its_frame_and_wchan():
+    cpu = {"main": 0.03, "workers_n": 0, "workers": None}
+    v = judge(analysis(ranks=(rank(num_workers=0),), gpu_util=None, cpu=cpu, stacks=stacks()))
+    assert v.kind == "host-blocked" and ids(v.causes) == ["host-call"]
+    assert (
+        "push_metrics (train.py:13)" in v.causes[0].evidence and "hrtimer_nanosleep" in v.causes[0].evidence
+    )
+    assert "push_metrics (train.py:13)" in v.causes[0].fix
+    text = render_text(replace(analysis(gpu_util=None, cpu=cpu, stacks=stacks())), v)
+    assert "  stacks    25 samples of the loop thread: 24 between batches" in text
+
+
+def test_host_blocked_needs_low_cpu_and_agreeing_samples():
+    # Computing (a core): compute-bound on the CPU, whatever the samples.
+    v = judge(analysis(gpu_util=None, cpu={"main": 1.0}, stacks=stacks()))
+    assert v.kind == "compute-bound"
+    # Little CPU measured, but the samples found the thread running: no host-blocked claim.
+    v = judge(analysis(gpu_util=None, cpu={"main": 0.05}, stacks=stacks(asleep=2)))
+    assert v.kind == "compute-bound"
+    # No samples (a hook without them): the CPU alone, and the evidence says the samples were too few.
+    v = judge(analysis(gpu_util=None, cpu={"main": 0.05}))
+    assert v.kind == "host-blocked" and "too few stack samples" in v.causes[0].evidence
+
+
+def gpus(sm_active: float | None, util: float = 100.0) -> tuple[dict, ...]:
+    return (
+        {
+            "index": 0,
+            "samples": 40,
+            "util_mean": util,
+            "sm_active_mean": sm_active,
+            "sm_occupancy_mean": None if sm_active is None else sm_active / 2,
+            "used_by_job": True,
+        },
+    )
+
+
+def test_sm_activity_judges_the_gpu_where_gpm_has_it_and_utilisation_is_labelled_the_last_resort():
+    """NVML utilisation 100% with the SMs 40% active is not compute-bound (it was); 85% SM activity is."""
+    a = replace(analysis(), gpus=gpus(40.0))
+    v = judge(a)
+    assert v.kind == "idle-gpu" and "GPU SM activity 40% (NVML GPM)" in v.headline
+    assert v.measures["gpu_signal"] == "sm-activity (NVML GPM)" and v.measures["gpu_busy_target"] == 80.0
+    v = judge(replace(analysis(), gpus=gpus(85.0)))
+    assert v.kind == "compute-bound" and "SM activity 85%" in v.headline
+    a = replace(analysis(), gpus=gpus(None, util=95.0))
+    v = judge(a)
+    assert v.kind == "compute-bound"
+    assert "utilisation 95% (NVML: kernel-time utilisation, not SM activity)" in v.headline
+    text = render_text(a, v)
+    assert "judged by utilisation (NVML; kernel-time utilisation, not SM activity)" in text
+    assert report_dict(a, v)["gpu_signal"].startswith("utilisation")
