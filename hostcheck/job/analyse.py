@@ -78,6 +78,8 @@ class Analysis:
     timeline: dict[str, Any]
     started_wall: float = 0.0
     sampler_error: str | None = None
+    #: Hook record files or records not used (a FIFO, a link, a wrong type), each with its reason.
+    records_dropped: tuple[str, ...] = ()
 
     @property
     def gpu_used(self) -> bool:
@@ -291,7 +293,12 @@ def _comm(ranks: Sequence[Rank]) -> dict[str, Any]:
     }
 
 
-def analyse(obs: Observation, hooks: Sequence[HookProcess], data_dirs: Sequence[DataDir] = ()) -> Analysis:
+def analyse(
+    obs: Observation,
+    hooks: Sequence[HookProcess],
+    data_dirs: Sequence[DataDir] = (),
+    records_dropped: Sequence[str] = (),
+) -> Analysis:
     ranks_p = [p for p in hooks if p.batches or p.summed[0]]
     others = tuple(p for p in hooks if p not in ranks_p)
     times = {p.pid: loop_times(p) for p in ranks_p}
@@ -392,6 +399,7 @@ def analyse(obs: Observation, hooks: Sequence[HookProcess], data_dirs: Sequence[
         timeline=_timeline(obs, ranks_p, times),
         started_wall=obs.started_wall,
         sampler_error=obs.sampler_error,
+        records_dropped=tuple(records_dropped),
     )
 
 

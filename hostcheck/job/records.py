@@ -9,10 +9,13 @@ from __future__ import annotations
 import bisect
 import glob
 import json
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from hostcheck import infile
 
 #: Files past this size are read only this far (a hook file holds ~30 bytes a batch).
 MAX_FILE_BYTES = 64 << 20
@@ -52,19 +55,111 @@ class HookProcess:
             return None
 
 
-def parse_lines(lines: list[str]) -> HookProcess | None:
+# What each record kind's keys must hold, as the hook writes them (hostcheck/inside/job_hook.py). The job can
+# write into its records folder, so a record is checked before it is read: one with a key of the wrong type
+# (a string pid, NaN batch times) is dropped and counted, never trusted.
+_INT, _NUM, _STR, _BOOL, _DICT, _LIST, _NONE = "int", "num", "str", "bool", "dict", "list", "none"
+_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "proc": {
+        "pid": (_INT,),
+        "ppid": (_INT,),
+        "argv": ("list:str",),
+        "env": ("dict:str",),
+        "torch": (_STR, _NONE),
+        "cpus": (_INT, _NONE),
+        "affinity": (_INT, _NONE),
+    },
+    "b": {"t": ("list:num",), "it": (_INT,)},
+    "e": {"t": (_NUM,), "it": (_INT,)},
+    "sum": {"n": (_INT,), "wait": (_NUM,), "gaps": (_NUM,)},
+    "it": {
+        "it": (_INT,),
+        "workers": ("list:int",),
+        "num_workers": (_INT, _NONE),
+        "pin_memory": (_BOOL, _NONE),
+        "persistent_workers": (_BOOL, _NONE),
+        "dataset": (_STR, _NONE),
+        "dataset_root": (_STR,),
+    },
+    "err": {"type": (_STR,), "message": (_STR,), "where": (_STR,)},
+    "model": {
+        "param_devices": (_DICT,),
+        "conv_weights": (_INT, _NONE),
+        "channels_last_weights": (_INT, _NONE),
+        "threads": (_INT, _NONE),
+        "cudnn_benchmark": (_BOOL, _NONE),
+    },
+    "final": {
+        "autocast": (_DICT, _NONE),
+        "collectives": (_DICT,),
+        "ddp": ("list:dict",),
+        "threads": (_INT, _NONE),
+        "cudnn_benchmark": (_BOOL, _NONE),
+        "pil": (_DICT,),
+        "error": (_DICT,),
+        "opt_steps": (_INT,),
+    },
+}
+#: Keys of nested records that the report reads: (record kind, key) -> {nested key: types}.
+_NESTED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
+    ("final", "error"): {"type": (_STR,), "message": (_STR,)},
+    ("final", "autocast"): {"device": (_STR,), "dtype": (_STR,), "enabled": (_BOOL,)},
+    ("final", "pil"): {"version": (_STR,), "simd": (_BOOL,)},
+}
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind.startswith("list:"):
+        return isinstance(value, list) and all(_is(x, kind[5:]) for x in value)
+    if kind.startswith("dict:"):
+        return isinstance(value, dict) and all(_is(x, kind[5:]) for x in value.values())
+    if kind == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == _NUM:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return {_STR: str, _BOOL: bool, _DICT: dict, _LIST: list, _NONE: type(None)}[kind] is type(value)
+
+
+def record_error(rec: dict[str, Any]) -> str | None:
+    """Why a record cannot be used (the first key of the wrong type), or None."""
+    kind = rec.get("k")
+    for key, kinds in _FIELDS.get(kind if isinstance(kind, str) else "", {}).items():
+        if key in rec and not any(_is(rec[key], k) for k in kinds):
+            return f"{kind} record: {key} is {json.dumps(rec[key])[:40]}, want {' or '.join(kinds)}"
+        for sub, subkinds in _NESTED.get((kind, key), {}).items():
+            value = rec.get(key)
+            if isinstance(value, dict) and sub in value and not any(_is(value[sub], k) for k in subkinds):
+                return f"{kind} record: {key}.{sub} is {json.dumps(value[sub])[:40]}, want {' or '.join(subkinds)}"
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_lines(lines: list[str], dropped: list[str] | None = None) -> HookProcess | None:
+    """One process's records; a line that is not a JSON object, or a record with a key of the wrong type, is
+    skipped and counted (``bad_lines``), and the first reason of each kind is added to ``dropped``."""
     recs: list[dict[str, Any]] = []
     bad = 0
+    reasons: list[str] = []
     for line in lines:
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
             bad += 1
+            if not any(r.startswith("a line that is not JSON") for r in reasons):
+                reasons.append(f"a line that is not JSON ({str(exc)[:60]})")
             continue
-        if isinstance(rec, dict):
+        why = record_error(rec) if isinstance(rec, dict) else "a line that is not a JSON object"
+        if why is None:
             recs.append(rec)
         else:
             bad += 1
+            if why not in reasons:
+                reasons.append(why)
+    if dropped is not None:
+        dropped += reasons
     proc = next((r for r in recs if r.get("k") == "proc"), None)
     if proc is None:
         return None
@@ -74,36 +169,35 @@ def parse_lines(lines: list[str]) -> HookProcess | None:
     n_sum, wait_sum, gap_sum = 0, 0.0, 0.0
     for r in recs:
         k = r.get("k")
-        try:
-            if k == "b":
-                t = [float(x) for x in r.get("t", [])]
-                it = int(r.get("it", 0))
-                batches += [(t[i], t[i + 1], it) for i in range(0, len(t) - 1, 2)]
-            elif k == "it":
-                iters.append(r)
-            elif k == "e":
+        if k == "b":
+            t = [float(x) for x in r.get("t", [])]
+            it = int(r.get("it", 0))
+            batches += [(t[i], t[i + 1], it) for i in range(0, len(t) - 1, 2)]
+        elif k == "it":
+            iters.append(r)
+        elif k == "e":
+            if "t" in r:
                 ends.append(float(r["t"]))
-            elif k == "err":
-                errors.append(r)
-            elif k == "model":
-                model = r
-            elif k == "final":
-                final = r
-            elif k == "sum":
-                n_sum += int(r.get("n", 0))
-                wait_sum += float(r.get("wait", 0.0))
-                gap_sum += float(r.get("gaps", 0.0))
-        except (KeyError, TypeError, ValueError, IndexError):
-            bad += 1
+            else:
+                bad += 1
+        elif k == "err":
+            errors.append(r)
+        elif k == "model":
+            model = r
+        elif k == "final":
+            final = r
+        elif k == "sum":
+            n_sum += int(r.get("n", 0))
+            wait_sum += float(r.get("wait", 0.0))
+            gap_sum += float(r.get("gaps", 0.0))
     if final and isinstance(final.get("error"), dict):
         errors.append({"where": "uncaught", **final["error"]})
     batches.sort()
-    env = proc.get("env") if isinstance(proc.get("env"), dict) else {}
     return HookProcess(
-        pid=int(proc.get("pid", 0)),
-        ppid=int(proc.get("ppid", 0)),
-        argv=tuple(str(a) for a in proc.get("argv") or ()),
-        env={str(k): str(v) for k, v in env.items()},
+        pid=proc.get("pid", 0),
+        ppid=proc.get("ppid", 0),
+        argv=tuple(proc.get("argv") or ()),
+        env=dict(proc.get("env") or {}),
         torch=proc.get("torch"),
         cpus=proc.get("cpus"),
         affinity=proc.get("affinity"),
@@ -119,15 +213,25 @@ def parse_lines(lines: list[str]) -> HookProcess | None:
     )
 
 
-def read_run(run_dir: str) -> list[HookProcess]:
+def read_run(run_dir: str, dropped: list[str] | None = None) -> list[HookProcess]:
+    """Every process's records in ``run_dir``. The job can write into that folder, so each file goes through the
+    one reader (hostcheck.infile) without following links: a FIFO, a link or an oversized file named like a
+    record is not read, and what was skipped (a file, or records inside one) is added to ``dropped``."""
     out = []
     for path in sorted(glob.glob(os.path.join(run_dir, "hook-*.jsonl"))):
+        name = os.path.basename(path)
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read(MAX_FILE_BYTES)
-        except OSError:
+            text = infile.read_text(path, MAX_FILE_BYTES, follow=False, truncate=True, strict=False)
+        except infile.ReadError as exc:
+            if dropped is not None:
+                dropped.append(f"{name}: {exc.why}")
             continue
-        proc = parse_lines(text.splitlines())
+        reasons: list[str] = []
+        proc = parse_lines(text.splitlines(), reasons)
+        if dropped is not None:
+            dropped += [f"{name}: {r}" for r in reasons]
+            if proc is None:
+                dropped.append(f"{name}: no usable process record")
         if proc is not None:
             out.append(proc)
     return out

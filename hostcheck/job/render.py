@@ -155,6 +155,10 @@ def render_text(a: Analysis, v: Verdict) -> str:
             lines += [f"  - {c.evidence}", f"    fix: {c.fix}"]
     if a.sampler_error:
         lines.append(f"(the /proc sampler stopped: {a.sampler_error})")
+    for why in a.records_dropped[:10]:
+        lines.append(f"(hook records dropped: {why})")
+    if len(a.records_dropped) > 10:
+        lines.append(f"(and {len(a.records_dropped) - 10} more dropped)")
     return "\n".join(lines) + "\n"
 
 
@@ -183,7 +187,18 @@ def report_dict(a: Analysis, v: Verdict, png_path: str | None = None) -> dict[st
         },
         **{
             k: body[k]
-            for k in ("ranks", "cpu", "io", "shm", "gpus", "gpu_error", "comm", "errors", "data_dirs")
+            for k in (
+                "ranks",
+                "cpu",
+                "io",
+                "shm",
+                "gpus",
+                "gpu_error",
+                "comm",
+                "errors",
+                "data_dirs",
+                "records_dropped",
+            )
         },
         "timeline": a.timeline,
         "png": png_path,
