@@ -1,0 +1,98 @@
+"""A small type check driven by a JSON schema (no jsonschema on the node): what ``hostcheck fleet`` holds a node's
+report against before it reads a field of it (hostcheck/data/hostcheck-report.schema.json).
+
+It checks what a reader of the report relies on: ``type`` (booleans are not integers; a number is finite),
+``enum``, ``const``, ``minimum``/``maximum``, and ``properties``/``items`` below them, following ``$ref`` into
+``$defs``. ``required``, ``pattern`` and ``additionalProperties`` are left out on purpose: a report from an older
+or newer hostcheck may lack a key or carry another one, and the reader handles a missing key; a key of the wrong
+type is what would make it lie or crash.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+REPORT_SCHEMA = Path(__file__).resolve().parent / "data" / "hostcheck-report.schema.json"
+#: How many problems one check names (the first few say enough).
+MAX_ERRORS = 5
+
+_TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # NaN is no number
+    ),
+}
+
+_cache: dict[str, Any] = {}
+
+
+def report_schema() -> dict[str, Any]:
+    """The report's schema (shipped with hostcheck)."""
+    if "report" not in _cache:
+        _cache["report"] = json.loads(REPORT_SCHEMA.read_text(encoding="utf-8"))
+    return _cache["report"]
+
+
+def _short(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def type_errors(
+    value: Any, schema: dict[str, Any], where: str = "", root: dict[str, Any] | None = None
+) -> list[str]:
+    """Where ``value`` breaks ``schema``'s types, as ``"<path> is <value>, want <what>"`` (at most MAX_ERRORS)."""
+    root = root if root is not None else schema
+    out: list[str] = []
+    _walk(value, schema, where or "the report", root, out)
+    return out[:MAX_ERRORS]
+
+
+def _walk(value: Any, schema: Any, where: str, root: dict[str, Any], out: list[str]) -> None:
+    if len(out) >= MAX_ERRORS or not isinstance(schema, dict):
+        return
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        _walk(value, root.get("$defs", {}).get(ref[len("#/$defs/") :], {}), where, root, out)
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        if not any(_TYPES.get(k, lambda v: True)(value) for k in kinds):
+            out.append(f"{where} is {_short(value)}, want {' or '.join(kinds)}")
+            return
+    if "const" in schema and not _same(value, schema["const"]):
+        out.append(f"{where} is {_short(value)}, want {_short(schema['const'])}")
+        return
+    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
+        out.append(f"{where} is {_short(value)}, want one of {', '.join(_short(v) for v in schema['enum'])}")
+        return
+    if _TYPES["number"](value):
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            out.append(f"{where} is {_short(value)}, want {lo} to {hi}")
+            return
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key in value:
+                _walk(value[key], sub, f"{where}.{key}" if where != "the report" else key, root, out)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            _walk(item, schema["items"], f"{where}[{i}]", root, out)
+            if len(out) >= MAX_ERRORS:
+                return
+
+
+def _same(a: Any, b: Any) -> bool:
+    # JSON's equality: true is not 1.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
