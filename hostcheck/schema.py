@@ -2,10 +2,12 @@
 report against before it reads a field of it (hostcheck/data/hostcheck-report.schema.json).
 
 It checks what a reader of the report relies on: ``type`` (booleans are not integers; a number is finite),
-``enum``, ``const``, ``minimum``/``maximum``, and ``properties``/``items`` below them, following ``$ref`` into
-``$defs``. ``required``, ``pattern`` and ``additionalProperties`` are left out on purpose: a report from an older
-or newer hostcheck may lack a key or carry another one, and the reader handles a missing key; a key of the wrong
-type is what would make it lie or crash.
+``enum``, ``const``, ``minimum``/``maximum``, and ``properties``/``items`` below them (``additionalProperties``
+when it is a schema: the values of a mapping), following ``$ref`` into ``$defs``. ``required`` and ``pattern``
+are left out on purpose, and ``additionalProperties: false`` is not enforced: a report from an older or newer
+hostcheck may lack a key or carry another one, and the reader handles a missing key; a key of the wrong type is
+what would make it lie or crash. The training Python's probe record is held against a schema of the same
+form (hostcheck.gather.torchinfo).
 """
 
 from __future__ import annotations
@@ -83,9 +85,14 @@ def _walk(value: Any, schema: Any, where: str, root: dict[str, Any], out: list[s
             out.append(f"{where} is {_short(value)}, want {lo} to {hi}")
             return
     if isinstance(value, dict):
-        for key, sub in (schema.get("properties") or {}).items():
-            if key in value:
-                _walk(value[key], sub, f"{where}.{key}" if where != "the report" else key, root, out)
+        props = schema.get("properties") or {}
+        rest = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, rest if isinstance(rest, dict) else None)
+            if sub is not None:
+                _walk(item, sub, f"{where}.{key}" if where != "the report" else key, root, out)
+            if len(out) >= MAX_ERRORS:
+                return
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
             _walk(item, schema["items"], f"{where}[{i}]", root, out)
