@@ -54,16 +54,18 @@ def _short(value: Any) -> str:
 def type_errors(
     value: Any, schema: dict[str, Any], where: str = "", root: dict[str, Any] | None = None
 ) -> list[str]:
-    """Where ``value`` breaks ``schema``'s types, as ``"<path> is <value>, want <what>"`` (at most MAX_ERRORS)."""
+    """Where ``value`` breaks ``schema``'s types, as ``"<path> is <value>, want <what>"`` (at most MAX_ERRORS).
+    ``<path>`` is ``where`` and the keys below it (``score.ready``, ``checks[0].message``)."""
     root = root if root is not None else schema
     out: list[str] = []
-    _walk(value, schema, where or "the report", root, out)
+    _walk(value, schema, where, root, out)
     return out[:MAX_ERRORS]
 
 
 def _walk(value: Any, schema: Any, where: str, root: dict[str, Any], out: list[str]) -> None:
     if len(out) >= MAX_ERRORS or not isinstance(schema, dict):
         return
+    name = where or "the value"
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         _walk(value, root.get("$defs", {}).get(ref[len("#/$defs/") :], {}), where, root, out)
@@ -71,18 +73,18 @@ def _walk(value: Any, schema: Any, where: str, root: dict[str, Any], out: list[s
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         if not any(_TYPES.get(k, lambda v: True)(value) for k in kinds):
-            out.append(f"{where} is {_short(value)}, want {' or '.join(kinds)}")
+            out.append(f"{name} is {_short(value)}, want {' or '.join(kinds)}")
             return
     if "const" in schema and not _same(value, schema["const"]):
-        out.append(f"{where} is {_short(value)}, want {_short(schema['const'])}")
+        out.append(f"{name} is {_short(value)}, want {_short(schema['const'])}")
         return
     if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
-        out.append(f"{where} is {_short(value)}, want one of {', '.join(_short(v) for v in schema['enum'])}")
+        out.append(f"{name} is {_short(value)}, want one of {', '.join(_short(v) for v in schema['enum'])}")
         return
     if _TYPES["number"](value):
         lo, hi = schema.get("minimum"), schema.get("maximum")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            out.append(f"{where} is {_short(value)}, want {lo} to {hi}")
+            out.append(f"{name} is {_short(value)}, want {lo} to {hi}")
             return
     if isinstance(value, dict):
         props = schema.get("properties") or {}
@@ -90,7 +92,7 @@ def _walk(value: Any, schema: Any, where: str, root: dict[str, Any], out: list[s
         for key, item in value.items():
             sub = props.get(key, rest if isinstance(rest, dict) else None)
             if sub is not None:
-                _walk(item, sub, f"{where}.{key}" if where != "the report" else key, root, out)
+                _walk(item, sub, f"{where}.{key}" if where else key, root, out)
             if len(out) >= MAX_ERRORS:
                 return
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):

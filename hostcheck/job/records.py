@@ -9,13 +9,13 @@ from __future__ import annotations
 import bisect
 import glob
 import json
-import math
 import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from hostcheck import infile
+from hostcheck.schema import type_errors
 
 #: Files past this size are read only this far (a hook file holds ~30 bytes a batch).
 MAX_FILE_BYTES = 64 << 20
@@ -55,82 +55,64 @@ class HookProcess:
             return None
 
 
-# What each record kind's keys must hold, as the hook writes them (hostcheck/inside/job_hook.py). The job can
-# write into its records folder, so a record is checked before it is read: one with a key of the wrong type
-# (a string pid, NaN batch times) is dropped and counted, never trusted.
-_INT, _NUM, _STR, _BOOL, _DICT, _LIST, _NONE = "int", "num", "str", "bool", "dict", "list", "none"
-_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+_INT, _NUM, _STR, _BOOL = {"type": "integer"}, {"type": "number"}, {"type": "string"}, {"type": "boolean"}
+_OPT_INT, _OPT_BOOL = {"type": ["integer", "null"]}, {"type": ["boolean", "null"]}
+_OBJ = {"type": "object"}
+#: The types of each record kind's keys, as the hook writes them (hostcheck/inside/job_hook.py), in the form of
+#: hostcheck/schema.py. The job can write into its records folder, so a record is checked before it is read: one
+#: with a key of the wrong type (a string pid, NaN batch times) is dropped and named, never trusted.
+RECORD_SCHEMAS: dict[str, dict[str, Any]] = {
     "proc": {
-        "pid": (_INT,),
-        "ppid": (_INT,),
-        "argv": ("list:str",),
-        "env": ("dict:str",),
-        "torch": (_STR, _NONE),
-        "cpus": (_INT, _NONE),
-        "affinity": (_INT, _NONE),
+        "pid": _INT,
+        "ppid": _INT,
+        "argv": {"type": "array", "items": _STR},
+        "env": {"type": "object", "additionalProperties": _STR},
+        "torch": {"type": ["string", "null"]},
+        "cpus": _OPT_INT,
+        "affinity": _OPT_INT,
     },
-    "b": {"t": ("list:num",), "it": (_INT,)},
-    "e": {"t": (_NUM,), "it": (_INT,)},
-    "sum": {"n": (_INT,), "wait": (_NUM,), "gaps": (_NUM,)},
+    "b": {"t": {"type": "array", "items": _NUM}, "it": _INT},
+    "e": {"t": _NUM, "it": _INT},
+    "sum": {"n": _INT, "wait": _NUM, "gaps": _NUM},
     "it": {
-        "it": (_INT,),
-        "workers": ("list:int",),
-        "num_workers": (_INT, _NONE),
-        "pin_memory": (_BOOL, _NONE),
-        "persistent_workers": (_BOOL, _NONE),
-        "dataset": (_STR, _NONE),
-        "dataset_root": (_STR,),
+        "it": _INT,
+        "workers": {"type": "array", "items": _INT},
+        "num_workers": _OPT_INT,
+        "pin_memory": _OPT_BOOL,
+        "persistent_workers": _OPT_BOOL,
+        "dataset": {"type": ["string", "null"]},
+        "dataset_root": _STR,
     },
-    "err": {"type": (_STR,), "message": (_STR,), "where": (_STR,)},
+    "err": {"type": _STR, "message": _STR, "where": _STR},
     "model": {
-        "param_devices": (_DICT,),
-        "conv_weights": (_INT, _NONE),
-        "channels_last_weights": (_INT, _NONE),
-        "threads": (_INT, _NONE),
-        "cudnn_benchmark": (_BOOL, _NONE),
+        "param_devices": _OBJ,
+        "conv_weights": _OPT_INT,
+        "channels_last_weights": _OPT_INT,
+        "threads": _OPT_INT,
+        "cudnn_benchmark": _OPT_BOOL,
     },
     "final": {
-        "autocast": (_DICT, _NONE),
-        "collectives": (_DICT,),
-        "ddp": ("list:dict",),
-        "threads": (_INT, _NONE),
-        "cudnn_benchmark": (_BOOL, _NONE),
-        "pil": (_DICT,),
-        "error": (_DICT,),
-        "opt_steps": (_INT,),
+        "autocast": {
+            "type": ["object", "null"],
+            "properties": {"device": _STR, "dtype": _STR, "enabled": _BOOL},
+        },
+        "collectives": _OBJ,
+        "ddp": {"type": "array", "items": _OBJ},
+        "threads": _OPT_INT,
+        "cudnn_benchmark": _OPT_BOOL,
+        "pil": {"type": "object", "properties": {"version": _STR, "simd": _BOOL}},
+        "error": {"type": "object", "properties": {"type": _STR, "message": _STR}},
+        "opt_steps": _INT,
     },
 }
-#: Keys of nested records that the report reads: (record kind, key) -> {nested key: types}.
-_NESTED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
-    ("final", "error"): {"type": (_STR,), "message": (_STR,)},
-    ("final", "autocast"): {"device": (_STR,), "dtype": (_STR,), "enabled": (_BOOL,)},
-    ("final", "pil"): {"version": (_STR,), "simd": (_BOOL,)},
-}
-
-
-def _is(value: Any, kind: str) -> bool:
-    if kind.startswith("list:"):
-        return isinstance(value, list) and all(_is(x, kind[5:]) for x in value)
-    if kind.startswith("dict:"):
-        return isinstance(value, dict) and all(_is(x, kind[5:]) for x in value.values())
-    if kind == _INT:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == _NUM:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return {_STR: str, _BOOL: bool, _DICT: dict, _LIST: list, _NONE: type(None)}[kind] is type(value)
 
 
 def record_error(rec: dict[str, Any]) -> str | None:
-    """Why a record cannot be used (the first key of the wrong type), or None."""
+    """Why a record cannot be used (its first key of the wrong type), or None."""
     kind = rec.get("k")
-    for key, kinds in _FIELDS.get(kind if isinstance(kind, str) else "", {}).items():
-        if key in rec and not any(_is(rec[key], k) for k in kinds):
-            return f"{kind} record: {key} is {json.dumps(rec[key])[:40]}, want {' or '.join(kinds)}"
-        for sub, subkinds in _NESTED.get((kind, key), {}).items():
-            value = rec.get(key)
-            if isinstance(value, dict) and sub in value and not any(_is(value[sub], k) for k in subkinds):
-                return f"{kind} record: {key}.{sub} is {json.dumps(value[sub])[:40]}, want {' or '.join(subkinds)}"
-    return None
+    props = RECORD_SCHEMAS.get(kind) if isinstance(kind, str) else None
+    wrong = type_errors(rec, {"type": "object", "properties": props}) if props else []
+    return f"{kind} record: {wrong[0]}" if wrong else None
 
 
 def _no_constant(name: str) -> Any:

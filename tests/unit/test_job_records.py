@@ -151,7 +151,7 @@ def test_wait_in_bins_ends_whatever_the_floats_round_to():
     [
         ('{"k": "proc", "pid": "abc"}', 'pid is "abc"'),
         ('{"k": "proc", "pid": 7, "argv": 5}', "argv is 5"),
-        ('{"k": "proc", "pid": 7, "env": {"RANK": 1}}', "env is"),
+        ('{"k": "proc", "pid": 7, "env": {"RANK": 1}}', "env.RANK is 1"),
         ('{"k": "proc", "pid": true}', "pid is true"),
     ],
 )
