@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hostcheck import infile
+
 DEFAULT_PATH = "/etc/gpunode/hostcheck.toml"
 XID_DATA = Path(__file__).resolve().parent / "data" / "xid.json"
 THRESHOLDS_DATA = Path(__file__).resolve().parent / "data" / "thresholds.json"
@@ -177,10 +179,10 @@ def load(path: str | None, explicit: bool) -> Config:
     path = path or DEFAULT_PATH
     if not explicit and not os.path.lexists(path):
         return Config()
-    try:
-        raw = _read(path)
-    except OSError as exc:
-        raise ConfigError(path, "", f"cannot read it ({exc.strerror or exc})") from None
+    try:  # a regular file (a link the admin made is followed), at most 1 MiB, UTF-8 (TOML's own rule)
+        raw = infile.read_text(path)
+    except infile.ReadError as exc:
+        raise ConfigError(path, "", f"cannot read it ({exc.why.removeprefix('is ')})") from None
     try:
         import tomllib  # Python 3.11+
     except ImportError:  # pragma: no cover - Python 3.9/3.10
@@ -192,26 +194,6 @@ def load(path: str | None, explicit: bool) -> Config:
     except RecursionError:
         raise ConfigError(path, "", "not valid TOML: nested too deeply") from None
     return parse(doc, path)
-
-
-def _read(path: str, limit: int = 1 << 20) -> str:
-    """At most ``limit`` bytes of a regular file, without blocking on a FIFO or a device."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        import stat
-
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(0, "not a regular file")
-        data = os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(0, f"larger than {limit} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise OSError(0, "not UTF-8 text") from None
 
 
 class _Table:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import math
+import os
 import sys
 from argparse import ArgumentError
 from dataclasses import dataclass, field
@@ -19,8 +21,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hostcheck import infile
+from hostcheck.outfile import paths_error, write_report
+from hostcheck.schema import report_schema, type_errors
+
 FAILING = ("fail", "error")
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+#: A node's report is tens of KiB (a few hundred with every GPU's figures): past this it is not one.
+MAX_REPORT_BYTES = 8 << 20
+PAGES = ("fleet.md", "fleet.html")
 
 SUMMARY = "many nodes' --json reports -> fleet.md and fleet.html (docs/fleet.md)"
 DESCRIPTION = (
@@ -59,36 +68,93 @@ def _label(name: str, hostname: str | None) -> str:
 
 
 def summarise(host: str, data: dict[str, Any], min_score: int | None = None) -> NodeSummary:
-    """Judge one node's JSON report; pure, so it is tested without files."""
-    score = data.get("score") or {}
+    """Judge one node's JSON report; pure, so it is tested without files. Only a JSON true is ready and only an
+    integer is a score: a report whose types are wrong never passes (load() names it first)."""
+    score = data.get("score") if isinstance(data.get("score"), dict) else {}
     value = score.get("value")
-    ready = bool(score.get("ready"))
+    if isinstance(value, bool) or not isinstance(value, int):
+        value = None
+    ready = score.get("ready") is True
     if min_score is not None and (value is None or value < min_score):
         ready = False
+    checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
     findings = sorted(
-        (c for c in data.get("checks", []) if c.get("status") in (*FAILING, "warn")),
-        key=lambda c: (_finding_rank(c), -float(c.get("weight") or 0), c.get("id", "")),
+        (c for c in checks if c.get("status") in (*FAILING, "warn")),
+        key=lambda c: (_finding_rank(c), -_weight(c), str(c.get("id", ""))),
     )
+    host_info = data.get("host") if isinstance(data.get("host"), dict) else {}
+    versions = data.get("versions") if isinstance(data.get("versions"), dict) else {}
+    gpus = host_info.get("gpus")
     return NodeSummary(
-        host=_label(host, data.get("host", {}).get("hostname")),
+        host=_label(host, host_info.get("hostname")),
         score=value,
         ready=ready,
         findings=tuple(findings),
-        gpus=len(data.get("host", {}).get("gpus") or []),
-        versions={k: data.get("versions", {}).get(k) for k in ("driver", "torch", "torch_cuda")},
+        gpus=len(gpus) if isinstance(gpus, list) else 0,
+        versions={k: versions.get(k) for k in ("driver", "torch", "torch_cuda")},
     )
 
 
+def _weight(check: dict[str, Any]) -> float:
+    w = check.get("weight")
+    return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) else 0.0
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_report(path: str) -> dict[str, Any]:
+    """One node's report, read and checked (raises ValueError naming what is wrong).
+
+    Nodes write into the report folder, so the file goes through the one reader without following a link (a
+    link there may lead anywhere: /dev/zero, another node's file), at most MAX_REPORT_BYTES, UTF-8; then JSON
+    without NaN or Infinity, and the fields checked against the report schema's types."""
+    try:
+        text = infile.read_text(path, MAX_REPORT_BYTES, follow=False)
+    except infile.ReadError as exc:
+        raise ValueError(exc.why) from None
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or "checks" not in data:
+        raise ValueError("not a hostcheck report")
+    wrong = type_errors(data, report_schema())
+    if wrong:
+        raise ValueError("; ".join(wrong))
+    return data
+
+
+def _host_of(name: str) -> tuple[str, str]:
+    """(the host a report file names, why the name cannot be used or ''). A name that is not UTF-8 is shown with
+    its bytes escaped (\\xff) and never used as it is."""
+    stem = name[: -len(".json")]
+    try:
+        stem.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(stem).decode("utf-8", "backslashreplace"), "its file name is not UTF-8"
+    if not stem.isprintable():
+        return stem.encode("unicode_escape").decode("ascii"), "its file name holds control characters"
+    return stem, ""
+
+
 def load(report_dir: Path, expect: list[str], min_score: int | None) -> list[NodeSummary]:
+    """Every ``<host>.json`` in ``report_dir``, judged; a report that cannot be used is named, not ready, and
+    costs no other node its row."""
     nodes: dict[str, NodeSummary] = {}
-    for path in sorted(report_dir.glob("*.json")):
-        host = path.stem
+    names = sorted(n for n in os.listdir(report_dir) if n.endswith(".json") and n != ".json")
+    for name in names:
+        host, bad_name = _host_of(name)
+        if bad_name:
+            nodes[host] = NodeSummary(host, None, False, problem=f"unreadable report: {bad_name}")
+            continue
         try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict) or "checks" not in data:
-                raise ValueError("not a hostcheck report")
+            data = read_report(os.path.join(report_dir, name))
             nodes[host] = summarise(host, data, min_score)
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
             nodes[host] = NodeSummary(host, None, False, problem=f"unreadable report: {exc}")
     for host in expect:
         nodes.setdefault(
@@ -105,6 +171,13 @@ def _short(findings: tuple[dict[str, Any], ...], limit: int = 5) -> list[dict[st
     return [f for f in findings if f.get("status") in FAILING][:limit] or list(findings[:limit])
 
 
+def _md(value: Any) -> str:
+    """A node's text in a Markdown table cell: its HTML shown as text, ``|`` and line breaks kept out of the
+    table's structure."""
+    text = html.escape(str(value), quote=False).replace("\\", "\\\\").replace("|", "\\|")
+    return " ".join(text.split("\n")).replace("\r", " ").replace("`", "'")
+
+
 def render_markdown(nodes: list[NodeSummary], generated: str) -> str:
     ready = sum(n.ready for n in nodes)
     out = [
@@ -117,21 +190,21 @@ def render_markdown(nodes: list[NodeSummary], generated: str) -> str:
     ]
     for n in nodes:
         if n.problem:
-            detail = n.problem
+            detail = _md(n.problem)
         else:
             detail = "<br>".join(
-                f"`{f.get('id')}` {f.get('status')}: {f.get('message', '')}"
-                + (f" **Fix:** {f['hint']}" if f.get("hint") else "")
+                f"`{_md(f.get('id'))}` {_md(f.get('status'))}: {_md(f.get('message', ''))}"
+                + (f" **Fix:** {_md(f['hint'])}" if f.get("hint") else "")
                 for f in _short(n.findings)
             )
         cells = [
-            n.host,
+            _md(n.host),
             _fmt_score(n),
             "yes" if n.ready else "**no**",
             str(n.gpus),
-            str(n.versions.get("driver") or "-"),
-            str(n.versions.get("torch") or "-"),
-            (detail or "-").replace("|", "\\|"),
+            _md(n.versions.get("driver") or "-"),
+            _md(n.versions.get("torch") or "-"),
+            detail or "-",
         ]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
@@ -189,6 +262,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expect", nargs="*", default=[], help="hosts that must have a report")
 
 
+def _plain(text: str) -> str:
+    """A node's name on the terminal: printable ASCII (any standard output encoding takes it, a control
+    character in a hostname cannot move the cursor)."""
+    return text if text.isascii() and text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def run(args: argparse.Namespace) -> int:
     """``hostcheck fleet``: read the reports, write fleet.md and fleet.html, exit by readiness."""
     if not args.report_dir.is_dir():
@@ -200,12 +279,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"hostcheck fleet: error: no reports in {args.report_dir}", file=sys.stderr)
         return EXIT_USAGE
     out = args.out or args.report_dir
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ArgumentError(None, f"--out {out}: not a folder (fleet writes {' and '.join(PAGES)} into it)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(None, f"--out {out}: cannot create it ({exc.strerror or exc})") from None
+    # The one report writer: atomic, never through a link (nodes may write into the report folder).
+    pages = [(name, str(out / name)) for name in PAGES]
+    bad = paths_error(pages)
+    if bad:
+        raise ArgumentError(None, bad)
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    (out / "fleet.md").write_text(render_markdown(nodes, generated))
-    (out / "fleet.html").write_text(render_html(nodes, generated))
-    not_ready = [n.host for n in nodes if not n.ready]
-    print(f"{len(nodes) - len(not_ready)} ready, {len(not_ready)} not ready; report: {out / 'fleet.html'}")
+    try:
+        write_report(pages[0][1], render_markdown(nodes, generated))
+        write_report(pages[1][1], render_html(nodes, generated))
+    except OSError as exc:
+        print(f"hostcheck fleet: error: writing the pages: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    not_ready = [_plain(n.host) for n in nodes if not n.ready]
+    print(
+        f"{len(nodes) - len(not_ready)} ready, {len(not_ready)} not ready; report: {_plain(str(out / 'fleet.html'))}"
+    )
     if not_ready:
         print("not ready: " + ", ".join(not_ready))
     return EXIT_NOT_READY if not_ready else EXIT_READY

@@ -149,12 +149,17 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
             raise ArgumentError(None, f"{flag} {size!r}: give a tmpfs size like 64M, 8G or 1%-100%")
     if not args.shm_small.endswith("%") and shm_size_bytes(args.shm_small) < (1 << 20):
         raise ArgumentError(None, "--shm-small must be at least 1M")
-    if (
-        not args.shm_small.endswith("%")
-        and not args.shm_large.endswith("%")
-        and shm_size_bytes(args.shm_small) >= shm_size_bytes(args.shm_large)  # type: ignore[operator]
-    ):
-        raise ArgumentError(None, "--shm-small must be smaller than --shm-large")
+    # A percentage is of physical RAM (tmpfs(5)): compared in bytes on this node, so a huge --shm-small beside
+    # --shm-large 50% is refused here, not found out by the mount.
+    ram = _physical_ram()
+    small, large = shm_size_bytes(args.shm_small, ram), shm_size_bytes(args.shm_large, ram)
+    if small is not None and large is not None and small >= large:
+        raise ArgumentError(
+            None,
+            f"--shm-small {args.shm_small} must be smaller than --shm-large {args.shm_large} on this node",
+        )
+    if not 0 <= args.seed <= MAX_SEED:
+        raise ArgumentError(None, f"--seed {args.seed}: give a whole number from 0 to {MAX_SEED}")
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         raise ArgumentError(None, f"--python {args.python}: not an executable file")
     for flag, path in (
@@ -174,6 +179,19 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
 def default_workdir() -> str:
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(cache, "hostcheck", "bench")
+
+
+#: torch.manual_seed takes at most 0xffff_ffff_ffff_ffff (and raises past it): docs.pytorch.org,
+#: torch.manual_seed, "Value must be within the inclusive range [-0x8000_0000_0000_0000, 0xffff_ffff_ffff_ffff]".
+MAX_SEED = 0xFFFF_FFFF_FFFF_FFFF
+
+
+def _physical_ram() -> int:
+    """Bytes of physical RAM, what a tmpfs size in % is of; 0 when unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return 0
 
 
 def _names(values: list[str] | None) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from hostcheck import infile
 from hostcheck.bench import proof
 from hostcheck.bench.discover import avx2_instructions
 from hostcheck.bench.plan import Group, Plan, Variant
@@ -596,9 +597,13 @@ def ensure_images(ctx: Context, count: int, size=(484, 402), quality: int = 90, 
     name = f"jpeg-{size[0]}x{size[1]}-q{quality}-seed{seed}"
     folder = os.path.join(ctx.workdir, name)
     marker = os.path.join(folder, "complete.json")
-    with contextlib.suppress(OSError, ValueError), open(marker) as f:
-        if int(json.load(f).get("images", 0)) >= count:
-            return folder, None
+    try:  # the one reader: the workdir may be anyone's (--workdir), a link or FIFO there is not our marker
+        done = json.loads(infile.read_text(marker, 4096, follow=False))
+    except (infile.ReadError, ValueError, RecursionError):
+        done = None
+    images = done.get("images") if isinstance(done, dict) else None
+    if isinstance(images, int) and not isinstance(images, bool) and images >= count:
+        return folder, None
     os.makedirs(ctx.workdir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=name + ".tmp-", dir=ctx.workdir)
     cfg = {

@@ -217,7 +217,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
 
 
 def gather_tuning_env(env_file: str) -> dict[str, str]:
-    text = read_text(env_file)
+    text = read_text(env_file, strict=True)
     return parse_env_file(text) if isinstance(text, str) else {}
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import stat
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
+from hostcheck import infile
 from hostcheck.child.launch import Launch
 
 
@@ -79,20 +79,12 @@ def run_cmd(argv: Sequence[str], timeout: float = 10.0) -> CmdResult | Unavailab
     return CmdResult(p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
-def _open_nonblocking(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NONBLOCK)
-
-
-def read_text(path: str, limit: int = 1 << 20) -> str | Unavailable:
+def read_text(path: str, limit: int = 1 << 20, strict: bool = False) -> str | Unavailable:
+    """A file's text through the one reader (hostcheck.infile). ``strict=False`` (kernel files): at most
+    ``limit`` bytes, bad bytes replaced; ``strict=True`` (a file someone else wrote: an environment file): a
+    larger file or one that is not UTF-8 is refused, and the reason names it."""
     try:
-        # Opened without blocking: a FIFO in place of a file (an environment file) is reported, not waited on.
-        with open(path, encoding="utf-8", errors="replace", opener=_open_nonblocking) as f:
-            if stat.S_ISFIFO(os.fstat(f.fileno()).st_mode):
-                return Unavailable(ERROR, f"{path} is a FIFO, not a file")
-            return f.read(limit)
-    except FileNotFoundError:
-        return Unavailable(NOT_FOUND, f"{path} does not exist")
-    except PermissionError:
-        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
-    except OSError as exc:
-        return Unavailable(ERROR, f"{path}: {exc}")
+        return infile.read_text(path, limit, truncate=not strict, strict=strict)
+    except infile.ReadError as exc:
+        kind = {infile.MISSING: NOT_FOUND, infile.NO_PERMISSION: NO_PERMISSION}.get(exc.kind, ERROR)
+        return Unavailable(kind, str(exc))

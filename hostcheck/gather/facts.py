@@ -6,14 +6,13 @@ the file still count. A fact never crashes or misleads a check."""
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from hostcheck import infile
 from hostcheck.gather.base import ERROR, Unavailable
 
 DEFAULT_FACTS_DIR = "/etc/ansible/facts.d"
@@ -118,45 +117,19 @@ class Facts:
 
 
 def read_fact(path: str) -> str | Unavailable | None:
-    """The text of a fact file; None when there is none. Opened without blocking and checked on the open file
-    descriptor, so a FIFO or device put in its place is reported, never waited on."""
+    """The text of a fact file; None when there is none. Read through the one reader (hostcheck.infile): a FIFO
+    or device put in its place is reported, never waited on; a link is followed (the admin's), its target
+    checked on the open descriptor."""
     try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return Unavailable(ERROR, f"{path}: {exc.strerror}")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        why = {
-            errno.ELOOP: "is a symbolic link loop",
-            errno.ENOENT: "is a broken symbolic link",
-            errno.EACCES: "is not readable (run as root)",
-        }.get(exc.errno or 0, f"cannot be opened: {exc.strerror}")
-        return Unavailable(ERROR, f"{path} {why}")
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return Unavailable(ERROR, f"{path} is not a regular file")
-        if st.st_size > MAX_FACT_BYTES:
-            return Unavailable(
-                ERROR, f"{path} is {st.st_size} bytes: a gpunode fact is a few KiB (at most {MAX_FACT_BYTES})"
-            )
-        chunks, size = [], 0
-        while size <= MAX_FACT_BYTES:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_FACT_BYTES:
-            return Unavailable(ERROR, f"{path} grew past {MAX_FACT_BYTES} bytes while being read")
-        return b"".join(chunks).decode("utf-8", "replace")
-    except OSError as exc:
-        return Unavailable(ERROR, f"{path}: {exc.strerror}")
-    finally:
-        os.close(fd)
+        return infile.read_text(path, MAX_FACT_BYTES)
+    except infile.ReadError as exc:
+        if exc.kind == infile.MISSING and not os.path.islink(path):
+            return None
+        if exc.kind == infile.NOT_TEXT:  # JSON is UTF-8 (RFC 8259)
+            return Unavailable(ERROR, f"{path} is not JSON: {exc.why.removeprefix('is ')}")
+        if exc.kind == infile.TOO_LARGE:
+            return Unavailable(ERROR, f"{exc}: a gpunode fact is a few KiB")
+        return Unavailable(ERROR, str(exc))
 
 
 def validate(role: str, data: dict[str, Any], path: str) -> tuple[dict[str, Any], list[str]]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hostcheck.gather.base import ERROR, NOT_FOUND, NOT_INSTALLED, TIMEOUT, Unavailable
+from hostcheck.schema import type_errors
 
 MARKER = "HOSTCHECK_PROBE_JSON:"
 DEFAULT_VENV = "/opt/gpunode/venv"
@@ -95,12 +96,82 @@ def gather_torch(
     return probe_snapshot(run, python, python_source, timeout_s)
 
 
+_STR, _OPT_STR, _OPT_INT = {"type": "string"}, {"type": ["string", "null"]}, {"type": ["integer", "null"]}
+#: The types of the record hostcheck/inside/probe.py prints, in the form of hostcheck/schema.py. The training
+#: Python is someone else's (a sitecustomize or a fake torch can print anything on its standard output): a record
+#: of other types is the torch gatherer's error, never a crash in a check that reads it.
+PROBE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "python": _STR,
+        "executable": _OPT_STR,
+        "prefix": _OPT_STR,
+        "env": {"type": "object", "additionalProperties": _STR},
+        "affinity": _OPT_INT,
+        "rlimits": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": {"type": "integer"}},
+        },
+        "pillow": {
+            "type": "object",
+            "properties": {
+                "version": _OPT_STR,
+                "simd": {"type": "boolean"},
+                "path": _OPT_STR,
+                "dists": {"type": "object", "additionalProperties": _STR},
+                "owner": _OPT_STR,
+                "error": _STR,
+                "pillow-simd": _OPT_STR,
+                "Pillow": _OPT_STR,
+                "PIL": _OPT_STR,
+                "PIL_error": _STR,
+                "libjpeg_turbo": _OPT_STR,
+                "imaging_so": _OPT_STR,
+                "features": {"type": "object", "additionalProperties": {"type": "boolean"}},
+            },
+        },
+        "torch": {
+            "type": "object",
+            "properties": {
+                "installed": {"type": "boolean"},
+                "error": _STR,
+                "import_s": {"type": "number"},
+                "version": _STR,
+                "cuda": _OPT_STR,
+                "cudnn": _OPT_INT,
+                "nccl": _OPT_STR,
+                "cuda_available": {"type": "boolean"},
+                "device_count": {"type": "integer", "minimum": 0},
+                "capabilities": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                "arch_list": {"type": "array", "items": _STR},
+                "cuda_error": _STR,
+                "cuda_init_s": {"type": "number"},
+                "warnings": {"type": "array", "items": _STR},
+                "num_threads": _OPT_INT,
+            },
+        },
+        "maps": {"type": "object", "additionalProperties": {"type": "array", "items": _STR}},
+        "symbols": {"type": "object", "additionalProperties": {"type": "boolean"}},
+    },
+}
+
+
 def probe_snapshot(run: Any, python: str, python_source: str = "", timeout_s: float = 0.0) -> TorchSnapshot:
     """The probe's last record, or why there is none (``run``: a ProbeRun of hostcheck.child.launch)."""
     from hostcheck.child.launch import describe_rc
 
     results = [r for r in run.records if "phase" not in r]
     if results:
+        wrong = type_errors(results[-1], PROBE_SCHEMA, "record")
+        if wrong:
+            return TorchSnapshot(
+                python=python,
+                python_source=python_source,
+                error=Unavailable(
+                    ERROR, f"probe in {python} printed a record of the wrong types: {'; '.join(wrong)}"
+                ),
+                wall_s=run.wall_s,
+            )
         return TorchSnapshot(python=python, python_source=python_source, data=results[-1], wall_s=run.wall_s)
     if run.timed_out:
         # The probe names each slow step as it starts: a hung PIL import is not a hung CUDA init.

@@ -149,7 +149,7 @@ def gather_tuning(
     services: tuple[str, ...] = DEFAULT_SERVICES_OFF,
     runner: Runner = run_cmd,
 ) -> TuningSnapshot:
-    env_text = read_text(env_file)
+    env_text = read_text(env_file, strict=True)
     env: dict[str, str] | Unavailable = env_text
     env_problems: list[str] = []
     if isinstance(env_text, str):

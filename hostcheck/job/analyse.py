@@ -84,6 +84,8 @@ class Analysis:
     sampler_error: str | None = None
     #: Where the loops' threads were between batches: the hook's stack samples, all ranks together.
     stacks: dict[str, Any] = field(default_factory=dict)
+    #: Hook record files or records not used (a FIFO, a link, a wrong type), each with its reason.
+    records_dropped: tuple[str, ...] = ()
 
     @property
     def gpu_used(self) -> bool:
@@ -411,7 +413,12 @@ def _stacks(procs: Sequence[HookProcess]) -> dict[str, Any]:
     return out
 
 
-def analyse(obs: Observation, hooks: Sequence[HookProcess], data_dirs: Sequence[DataDir] = ()) -> Analysis:
+def analyse(
+    obs: Observation,
+    hooks: Sequence[HookProcess],
+    data_dirs: Sequence[DataDir] = (),
+    records_dropped: Sequence[str] = (),
+) -> Analysis:
     ranks_p = [p for p in hooks if p.batches or p.summed[0]]
     others = tuple(p for p in hooks if p not in ranks_p)
     times = {p.pid: loop_times(p) for p in ranks_p}
@@ -513,6 +520,7 @@ def analyse(obs: Observation, hooks: Sequence[HookProcess], data_dirs: Sequence[
         started_wall=obs.started_wall,
         sampler_error=obs.sampler_error,
         stacks=_stacks(ranks_p),
+        records_dropped=tuple(records_dropped),
     )
 
 

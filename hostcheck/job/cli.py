@@ -21,12 +21,17 @@ from argparse import ArgumentError
 from hostcheck.argtypes import seconds
 from hostcheck.gather.datapath import describe_dir, read_mounts
 from hostcheck.job.analyse import Analysis, analyse
-from hostcheck.job.observe import observe
+from hostcheck.job.observe import Observation, observe
 from hostcheck.job.png import draw_timeline
-from hostcheck.job.records import read_run
+from hostcheck.job.records import HookProcess, read_run
 from hostcheck.job.render import render_json, render_text
 from hostcheck.job.verdict import Verdict, judge
 from hostcheck.outfile import paths_error, write_report
+
+#: The shortest sampling interval. CPU times in /proc/PID/stat are counted in clock ticks (proc(5): divide by
+#: sysconf(_SC_CLK_TCK), 100 on Linux): at 0.1 s a process's CPU share moves in steps of 10%; below it the
+#: samples are mostly rounding.
+MIN_INTERVAL_S = 0.1
 
 SUMMARY = "run a training command and say what holds its GPUs back (input, compute, communication)"
 DESCRIPTION = (
@@ -92,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     bad = paths_error([("--json", args.json), ("--png", args.png)])
     if bad:
         raise ArgumentError(None, bad)
-    if args.interval > 60:
-        raise ArgumentError(None, "--interval: at most 60 seconds")
+    if not MIN_INTERVAL_S <= args.interval <= 60:
+        raise ArgumentError(None, f"--interval: from {MIN_INTERVAL_S:g} to 60 seconds")
     keep = args.keep_records
     if keep is not None:
         if not os.path.isdir(keep) or os.listdir(keep):
@@ -104,14 +109,25 @@ def run(args: argparse.Namespace) -> int:
             run_dir = tempfile.mkdtemp(prefix="hostcheck-job-")
         except OSError as exc:
             raise ArgumentError(None, f"cannot create a temporary folder: {exc.strerror or exc}") from None
-    os.chmod(run_dir, 0o700)
+    # mkdtemp's folder is already private (0700); a --keep-records folder is the user's, its mode theirs.
+    dropped: list[str] = []
     try:
         # SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
         obs = observe(cmd, run_dir, seconds=args.seconds, interval=args.interval, grace=args.grace)
-        hooks = read_run(run_dir)
+        hooks = read_run(run_dir, dropped)
     finally:
         if keep is None:
             shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        _report(args, obs, hooks, dropped)
+    except (
+        Exception
+    ) as exc:  # records the job wrote are its own: whatever they hold, its exit code comes back
+        _say(f"hostcheck job: error: no report: {type(exc).__name__}: {exc}")
+    return obs.exit_code
+
+
+def _report(args: argparse.Namespace, obs: Observation, hooks: list[HookProcess], dropped: list[str]) -> None:
     dirs = list(args.data_dir or [])
     for h in hooks:
         for it in h.iterators:
@@ -120,10 +136,9 @@ def run(args: argparse.Namespace) -> int:
                 dirs.append(root)
     mounts = read_mounts()
     data_dirs = [describe_dir(d, mounts) for d in dirs]
-    a = analyse(obs, hooks, data_dirs)
+    a = analyse(obs, hooks, data_dirs, dropped)
     v = judge(a)
     _write(args, a, v)
-    return obs.exit_code
 
 
 def _write(args: argparse.Namespace, a: Analysis, v: Verdict) -> None:
@@ -148,6 +163,9 @@ def _write(args: argparse.Namespace, a: Analysis, v: Verdict) -> None:
 
 
 def _say(text: str) -> None:
+    # Standard error closed (None), full or gone: the report is lost, never the job's exit code.
+    if sys.stderr is None:
+        return
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
         sys.stderr.flush()

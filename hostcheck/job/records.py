@@ -14,6 +14,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostcheck import infile
+from hostcheck.schema import type_errors
+
 #: Files past this size are read only this far (a hook file holds ~30 bytes a batch).
 MAX_FILE_BYTES = 64 << 20
 
@@ -56,19 +59,105 @@ class HookProcess:
             return None
 
 
-def parse_lines(lines: list[str]) -> HookProcess | None:
+_INT, _NUM, _STR, _BOOL = {"type": "integer"}, {"type": "number"}, {"type": "string"}, {"type": "boolean"}
+_OPT_INT, _OPT_BOOL = {"type": ["integer", "null"]}, {"type": ["boolean", "null"]}
+_OBJ = {"type": "object"}
+#: The types of each record kind's keys, as the hook writes them (hostcheck/inside/job_hook.py), in the form of
+#: hostcheck/schema.py. The job can write into its records folder, so a record is checked before it is read: one
+#: with a key of the wrong type (a string pid, NaN batch times) is dropped and named, never trusted.
+RECORD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "proc": {
+        "pid": _INT,
+        "ppid": _INT,
+        "argv": {"type": "array", "items": _STR},
+        "env": {"type": "object", "additionalProperties": _STR},
+        "torch": {"type": ["string", "null"]},
+        "cpus": _OPT_INT,
+        "affinity": _OPT_INT,
+    },
+    "b": {"t": {"type": "array", "items": _NUM}, "it": _INT},
+    "e": {"t": _NUM, "it": _INT},
+    "sum": {"n": _INT, "wait": _NUM, "gaps": _NUM},
+    "it": {
+        "it": _INT,
+        "workers": {"type": "array", "items": _INT},
+        "num_workers": _OPT_INT,
+        "pin_memory": _OPT_BOOL,
+        "persistent_workers": _OPT_BOOL,
+        "dataset": {"type": ["string", "null"]},
+        "dataset_root": _STR,
+    },
+    "err": {"type": _STR, "message": _STR, "where": _STR},
+    # Explicit collective calls: [name, start, end] each.
+    "c": {"c": {"type": "array", "items": {"type": "array", "items": {"type": ["string", "number"]}}}},
+    # The loop thread's stack-sample summary (analyse._stacks re-checks every value it uses).
+    "stk": {
+        "interval": _NUM,
+        "tid": _OPT_INT,
+        "n": _INT,
+        "where": _OBJ,
+        "top": {"type": "array", "items": {"type": "array"}},
+        "wchan": _OBJ,
+        "state": _OBJ,
+    },
+    "model": {
+        "param_devices": _OBJ,
+        "conv_weights": _OPT_INT,
+        "channels_last_weights": _OPT_INT,
+        "threads": _OPT_INT,
+        "cudnn_benchmark": _OPT_BOOL,
+    },
+    "final": {
+        "autocast": {
+            "type": ["object", "null"],
+            "properties": {"device": _STR, "dtype": _STR, "enabled": _BOOL},
+        },
+        "collectives": _OBJ,
+        "ddp": {"type": "array", "items": _OBJ},
+        "threads": _OPT_INT,
+        "cudnn_benchmark": _OPT_BOOL,
+        "pil": {"type": "object", "properties": {"version": _STR, "simd": _BOOL}},
+        "error": {"type": "object", "properties": {"type": _STR, "message": _STR}},
+        "opt_steps": _INT,
+    },
+}
+
+
+def record_error(rec: dict[str, Any]) -> str | None:
+    """Why a record cannot be used (its first key of the wrong type), or None."""
+    kind = rec.get("k")
+    props = RECORD_SCHEMAS.get(kind) if isinstance(kind, str) else None
+    wrong = type_errors(rec, {"type": "object", "properties": props}) if props else []
+    return f"{kind} record: {wrong[0]}" if wrong else None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_lines(lines: list[str], dropped: list[str] | None = None) -> HookProcess | None:
+    """One process's records; a line that is not a JSON object, or a record with a key of the wrong type, is
+    skipped and counted (``bad_lines``), and the first reason of each kind is added to ``dropped``."""
     recs: list[dict[str, Any]] = []
     bad = 0
+    reasons: list[str] = []
     for line in lines:
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
             bad += 1
+            if not any(r.startswith("a line that is not JSON") for r in reasons):
+                reasons.append(f"a line that is not JSON ({str(exc)[:60]})")
             continue
-        if isinstance(rec, dict):
+        why = record_error(rec) if isinstance(rec, dict) else "a line that is not a JSON object"
+        if why is None:
             recs.append(rec)
         else:
             bad += 1
+            if why not in reasons:
+                reasons.append(why)
+    if dropped is not None:
+        dropped += reasons
     proc = next((r for r in recs if r.get("k") == "proc"), None)
     if proc is None:
         return None
@@ -79,40 +168,49 @@ def parse_lines(lines: list[str]) -> HookProcess | None:
     n_sum, wait_sum, gap_sum = 0, 0.0, 0.0
     for r in recs:
         k = r.get("k")
-        try:
-            if k == "b":
-                t = [float(x) for x in r.get("t", [])]
-                it = int(r.get("it", 0))
-                batches += [(t[i], t[i + 1], it) for i in range(0, len(t) - 1, 2)]
-            elif k == "it":
-                iters.append(r)
-            elif k == "e":
+        if k == "b":
+            t = [float(x) for x in r.get("t", [])]
+            it = int(r.get("it", 0))
+            batches += [(t[i], t[i + 1], it) for i in range(0, len(t) - 1, 2)]
+        elif k == "it":
+            iters.append(r)
+        elif k == "e":
+            if "t" in r:
                 ends.append(float(r["t"]))
-            elif k == "err":
-                errors.append(r)
-            elif k == "model":
-                model = r
-            elif k == "final":
-                final = r
-            elif k == "c":
-                colls += [(str(c[0])[:40], float(c[1]), float(c[2])) for c in r.get("c", [])]
-            elif k == "stk":
-                stacks = r
-            elif k == "sum":
-                n_sum += int(r.get("n", 0))
-                wait_sum += float(r.get("wait", 0.0))
-                gap_sum += float(r.get("gaps", 0.0))
-        except (KeyError, TypeError, ValueError, IndexError):
-            bad += 1
+            else:
+                bad += 1
+        elif k == "err":
+            errors.append(r)
+        elif k == "model":
+            model = r
+        elif k == "final":
+            final = r
+        elif k == "c":
+            for c in r.get("c", []):
+                # The schema checked the types; an entry of the wrong length is dropped alone.
+                if (
+                    len(c) == 3
+                    and isinstance(c[0], str)
+                    and not isinstance(c[1], str)
+                    and not isinstance(c[2], str)
+                ):
+                    colls.append((c[0][:40], float(c[1]), float(c[2])))
+                else:
+                    bad += 1
+        elif k == "stk":
+            stacks = r
+        elif k == "sum":
+            n_sum += int(r.get("n", 0))
+            wait_sum += float(r.get("wait", 0.0))
+            gap_sum += float(r.get("gaps", 0.0))
     if final and isinstance(final.get("error"), dict):
         errors.append({"where": "uncaught", **final["error"]})
     batches.sort()
-    env = proc.get("env") if isinstance(proc.get("env"), dict) else {}
     return HookProcess(
-        pid=int(proc.get("pid", 0)),
-        ppid=int(proc.get("ppid", 0)),
-        argv=tuple(str(a) for a in proc.get("argv") or ()),
-        env={str(k): str(v) for k, v in env.items()},
+        pid=proc.get("pid", 0),
+        ppid=proc.get("ppid", 0),
+        argv=tuple(proc.get("argv") or ()),
+        env=dict(proc.get("env") or {}),
         torch=proc.get("torch"),
         cpus=proc.get("cpus"),
         affinity=proc.get("affinity"),
@@ -130,15 +228,25 @@ def parse_lines(lines: list[str]) -> HookProcess | None:
     )
 
 
-def read_run(run_dir: str) -> list[HookProcess]:
+def read_run(run_dir: str, dropped: list[str] | None = None) -> list[HookProcess]:
+    """Every process's records in ``run_dir``. The job can write into that folder, so each file goes through the
+    one reader (hostcheck.infile) without following links: a FIFO, a link or an oversized file named like a
+    record is not read, and what was skipped (a file, or records inside one) is added to ``dropped``."""
     out = []
     for path in sorted(glob.glob(os.path.join(run_dir, "hook-*.jsonl"))):
+        name = os.path.basename(path)
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read(MAX_FILE_BYTES)
-        except OSError:
+            text = infile.read_text(path, MAX_FILE_BYTES, follow=False, truncate=True, strict=False)
+        except infile.ReadError as exc:
+            if dropped is not None:
+                dropped.append(f"{name}: {exc.why}")
             continue
-        proc = parse_lines(text.splitlines())
+        reasons: list[str] = []
+        proc = parse_lines(text.splitlines(), reasons)
+        if dropped is not None:
+            dropped += [f"{name}: {r}" for r in reasons]
+            if proc is None:
+                dropped.append(f"{name}: no usable process record")
         if proc is not None:
             out.append(proc)
     return out

@@ -179,6 +179,10 @@ def render_text(a: Analysis, v: Verdict) -> str:
             lines += [f"  - {c.evidence}", f"    fix: {c.fix}"]
     if a.sampler_error:
         lines.append(f"(the /proc sampler stopped: {a.sampler_error})")
+    for why in a.records_dropped[:10]:
+        lines.append(f"(hook records dropped: {why})")
+    if len(a.records_dropped) > 10:
+        lines.append(f"(and {len(a.records_dropped) - 10} more dropped)")
     return "\n".join(lines) + "\n"
 
 
@@ -218,6 +222,7 @@ def report_dict(a: Analysis, v: Verdict, png_path: str | None = None) -> dict[st
                 "errors",
                 "data_dirs",
                 "stacks",
+                "records_dropped",
             )
         },
         "gpu_signal": a.gpu_signal,

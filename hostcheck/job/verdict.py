@@ -659,18 +659,25 @@ def judge(a: Analysis) -> Verdict:
                 None,
                 measures,
             )
+        if a.ended_by == "not-started":  # no window, however long, would have shown a loop
+            cause = Cause(
+                "not-started",
+                f"the command did not start: {a.start_error or 'unknown reason'}",
+                "check the command's name, its path and that it is executable (exit 127: not found, 126: "
+                "not executable)",
+            )
+        else:
+            cause = Cause(
+                "no-loop",
+                f"the hook saw fewer than {MIN_BATCHES} batches from torch.utils.data.DataLoader",
+                "give it a longer --seconds window, or the job does not iterate a torch DataLoader "
+                "(its own loader, or not Python: the hook is loaded by Python's site module)",
+            )
         return Verdict(
             "no-training-loop",
             f"no training loop seen: {a.batches} DataLoader batches in {a.duration_s:.1f} s"
             + ("" if a.ranks or a.others else " (no Python process of the job imported torch)"),
-            (
-                Cause(
-                    "no-loop",
-                    f"the hook saw fewer than {MIN_BATCHES} batches from torch.utils.data.DataLoader",
-                    "give it a longer --seconds window, or the job does not iterate a torch DataLoader "
-                    "(its own loader, or not Python: the hook is loaded by Python's site module)",
-                ),
-            ),
+            (cause,),
             (),
             None,
             measures,

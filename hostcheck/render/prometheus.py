@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
-import stat
 from datetime import datetime
 
+from hostcheck import infile
 from hostcheck.registry import Status
 from hostcheck.report import GpuRecord, Report
 
@@ -204,15 +203,9 @@ def check_value_metric(unit: str | None) -> tuple[str, float]:
 def read_last_success(path: str) -> float | None:
     """hostcheck_last_success_timestamp_seconds from the textfile at ``path``, or None: no file, not a regular
     file (a FIFO is never opened: a read would block or steal a reader's data), unreadable, or no valid value."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped in after the lstat
-                return None
-            data = f.read(READ_LIMIT)
-    except OSError:
+    try:  # the one reader; the textfile folder is the collector's, so a link there is not followed
+        data = infile.read_bytes(path, READ_LIMIT, follow=False, truncate=True)
+    except infile.ReadError:
         return None
     for line in data.decode("utf-8", "replace").splitlines():
         m = re.fullmatch(rf"{LAST_SUCCESS}(?:\{{\}})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*", line)

@@ -168,3 +168,150 @@ def test_standard_output_that_fails_or_whose_reader_left(tmp_path, unbuffered):
     finally:
         os.close(w)
     assert p.returncode == 1 and p.stderr == ""
+
+
+# --- hostile reports: one bad node never costs the others (the hostile-input issue) -------------------------
+
+
+def _run_fleet(d: Path, *extra: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    return subprocess.run(
+        [sys.executable, "-m", "hostcheck", "fleet", str(d), *extra],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=root),
+        timeout=timeout,
+    )
+
+
+BAD_REPORTS = {
+    "string-score": (lambda r: r["score"].update(value="100"), 'score.value is "100"'),
+    "nan-score": (None, "NaN is not a JSON number"),
+    "ready-string": (lambda r: r["score"].update(ready="false"), 'score.ready is "false"'),
+    "checks-a-number": (lambda r: r.update(checks=5), "checks is 5"),
+    "host-a-list": (lambda r: r.update(host=[1]), "host is [1]"),
+    "check-message-a-dict": (lambda r: r["checks"][0].update(message={"a": 1}), "checks[0].message"),
+    "gpus-a-string": (lambda r: r["host"].update(gpus="8"), 'host.gpus is "8"'),
+    "score-200": (lambda r: r["score"].update(value=200), "score.value is 200, want 0 to 100"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REPORTS))
+def test_a_malformed_report_is_named_and_skipped_the_others_still_get_their_pages(case, tmp_path):
+    change, named = BAD_REPORTS[case]
+    bad = report("gpu009", 100, True, [FAIL_ECC])
+    if change is None:
+        text = json.dumps(bad).replace('"value": 100', '"value": NaN')
+    else:
+        change(bad)
+        text = json.dumps(bad)
+    d = write(tmp_path, {"gpu001": report("gpu001", 100, True, [PASS]), "gpu009": text})
+    p = _run_fleet(d, "--min-score", "90")
+    assert p.returncode == 1 and "Traceback" not in p.stderr and p.stderr == "", p.stderr
+    assert "not ready: gpu009" in p.stdout and "1 ready" in p.stdout
+    md = (d / "fleet.md").read_text()
+    assert named in md and "gpu001" in md, md
+    # absent: the same node with its types right is ready
+    (d / "gpu009.json").write_text(json.dumps(report("gpu009", 100, True, [PASS])))
+    p = _run_fleet(d, "--min-score", "90")
+    assert p.returncode == 0 and "2 ready, 0 not ready" in p.stdout, p.stdout + p.stderr
+
+
+def test_ready_must_be_true_and_a_score_a_whole_number():
+    base = report("a", 95, True, [PASS])
+    for ready in ("false", "true", 1, None):
+        assert not fleet.summarise("a", {**base, "score": {"value": 95, "ready": ready}}).ready
+    for value in (float("nan"), float("inf"), "95", True, 95.0):
+        n = fleet.summarise("a", {**base, "score": {"value": value, "ready": True}}, min_score=90)
+        assert not n.ready and n.score is None
+    assert fleet.summarise("a", base, min_score=90).ready
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(
+            lambda d: (d / "gpu009.json").write_text("[" * 100_000 + "]" * 100_000), id="nested-deep"
+        ),
+        pytest.param(lambda d: os.mkfifo(d / "gpu009.json"), id="fifo"),
+        pytest.param(lambda d: (d / "gpu009.json").symlink_to("/dev/zero"), id="symlink-to-dev-zero"),
+        pytest.param(lambda d: (d / "gpu009.json").mkdir(), id="a-folder"),
+        pytest.param(lambda d: os.truncate(_touch(d / "gpu009.json"), 100 << 20), id="100mb"),
+        pytest.param(
+            lambda d: (d / "gpu009.json").write_bytes(b'{"checks": [], "x": "\xff"}'), id="bad-utf8"
+        ),
+        pytest.param(
+            lambda d: (d / os.fsdecode(b"gpu009-\xff.json")).write_text(
+                json.dumps(report("x", 100, True, []))
+            ),
+            id="file-name-not-utf8",
+        ),
+        pytest.param(
+            lambda d: (d / "gpu009\x1b[2J.json").write_text(json.dumps(report("x", 100, True, []))),
+            id="file-name-with-escape",
+        ),
+    ],
+)
+def test_hostile_report_files_are_named_never_hang_never_sink_the_others(plant, tmp_path):
+    d = write(tmp_path, {"gpu001": report("gpu001", 100, True, [PASS])})
+    plant(d)
+    p = _run_fleet(d)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    assert "gpu009" in p.stdout and "1 ready, 1 not ready" in p.stdout and p.stdout.isascii()
+    md = (d / "fleet.md").read_text()
+    assert "unreadable report" in md and "| gpu001 |" in md
+
+
+def _touch(path: Path) -> Path:
+    path.write_bytes(b"")
+    return path
+
+
+def test_markdown_and_html_escape_every_node_field(tmp_path):
+    evil = "<script>alert(1)</script>|x"
+    r = report(
+        evil, 50, False, [dict(FAIL_ECC, id="gpu.E004|<b>", message="a | b <img src=x>", hint="<i>h</i>")]
+    )
+    r["versions"] = {"driver": "<b>580</b>|", "torch": "2.11|<u>"}
+    d = write(tmp_path, {"gpu|<em>001": r})
+    assert command.main(["fleet", str(d)]) == 1
+    md = (d / "fleet.md").read_text()
+    page = (d / "fleet.html").read_text()
+    for raw in ("<script", "<img", "<b>580", "|<b>", "<i>h", "<u>", "<em>"):
+        assert raw not in md and raw not in page, raw
+    row = next(line for line in md.splitlines() if "gpu\\|" in line)
+    assert row.count(" | ") == 6, row  # seven cells: every | from a node is escaped
+    assert "&lt;script&gt;" in md and "&lt;script&gt;" in page
+
+
+def test_pages_are_written_through_the_report_writer_never_through_a_link(tmp_path):
+    d = write(tmp_path, {"gpu001": report("gpu001", 100, True, [PASS])})
+    precious = tmp_path / "precious"
+    precious.write_text("keep me")
+    (d / "fleet.md").symlink_to(precious)
+    p = _run_fleet(d)
+    assert p.returncode == 2 and "symbolic link" in p.stderr and "Traceback" not in p.stderr
+    assert precious.read_text() == "keep me" and not (d / "fleet.html").exists()
+    (d / "fleet.md").unlink()
+    assert _run_fleet(d).returncode == 0 and (d / "fleet.md").is_file() and not (d / "fleet.md").is_symlink()
+
+
+def test_out_naming_a_file_is_a_usage_error(tmp_path):
+    d = write(tmp_path, {"gpu001": report("gpu001", 100, True, [PASS])})
+    (tmp_path / "afile").write_text("x")
+    p = _run_fleet(d, "--out", str(tmp_path / "afile"))
+    assert p.returncode == 2 and "not a folder" in p.stderr and "internal error" not in p.stderr
+    assert p.stderr.startswith("hostcheck fleet: error: --out")
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+@pytest.mark.parametrize("sample", ["report.json", "h100-report.json"])
+def test_real_reports_pass_the_schema_type_check(sample):
+    from hostcheck.schema import report_schema, type_errors
+
+    root = Path(__file__).resolve().parents[2]
+    data = json.loads((root / "docs" / "samples" / sample).read_text())
+    assert type_errors(data, report_schema()) == []
+    data["score"]["ready"] = "false"  # planted: named
+    assert type_errors(data, report_schema()) == ['score.ready is "false", want boolean']

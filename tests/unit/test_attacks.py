@@ -1217,6 +1217,327 @@ ATTACKS = [
 ]
 
 
+# --- hostile input: job, fleet, bench and check --config (the hostile-input issue, parts 3-6) --------------
+# Every subcommand gets the categories the check rows above cover (report paths, standard streams, ulimits,
+# hostile files) and the attacks the issue lists. ``job`` must end with the job's own exit code (3 here).
+
+JOB_RC = (3,)
+RECORD = "f=$HOSTCHECK_JOB_DIR/hook-1-1.jsonl; "
+
+
+def _job(script: str, *opts: str, codes: tuple[int, ...] = JOB_RC, **kw: Any) -> Callable[[Ctx], Run]:
+    """``hostcheck job OPTS -- sh -c SCRIPT``, whose own exit code is 3 unless the row says otherwise."""
+    return lambda c: Run(["job", *opts, "--", "sh", "-c", script + "; exit 3"], codes, **kw)
+
+
+def _job_report(flag: str, path: Callable[[Ctx], str], codes: tuple[int, ...], needle: str = "") -> Callable:
+    def build(c: Ctx) -> Run:
+        p = path(c)
+        reports = (os.path.relpath(p, c.root),) if p.startswith(str(c.root)) else ()
+        return Run(["job", flag, p, "--", "sh", "-c", "exit 3"], codes, needle=needle, reports=reports)
+
+    return build
+
+
+def _keep_records_mode_kept(c: Ctx) -> Run:
+    keep = c.root / "keep"
+    keep.mkdir()
+    keep.chmod(0o755)
+
+    def check(o: Outcome) -> None:
+        assert (o.ctx.root / "keep").stat().st_mode & 0o777 == 0o755
+
+    return Run(
+        ["job", "-q", "--keep-records", str(keep), "--", "sh", "-c", "exit 3"],
+        JOB_RC,
+        reports=("keep",),
+        check=check,
+    )
+
+
+def _node_report(host: str, **score: Any) -> str:
+    return json.dumps(
+        {
+            "schema_version": 1,
+            "host": {"hostname": host, "gpus": [{"index": 0}]},
+            "versions": {"driver": "580.159.04", "torch": "2.11.0"},
+            "checks": [{"id": "system.E001", "status": "pass", "weight": 1, "message": "ok"}],
+            "score": {"value": 100, "ready": True, **score},
+        }
+    )
+
+
+def _fleet_pages_name(*words: str) -> Callable[[Outcome], None]:
+    """fleet.md names the bad report with ``words`` and still has the good node's row."""
+
+    def check(o: Outcome) -> None:
+        md = (o.ctx.root / "out" / "fleet.md").read_text()
+        assert "| gpu001 |" in md and all(w in md for w in words), md
+        assert "not ready: gpu009" in o.out, o.out
+
+    return check
+
+
+def _fleet(
+    plant: Callable[[Ctx, Path], Any],
+    *extra: str,
+    codes: tuple[int, ...] = (1,),
+    out: str = "out",
+    **kw: Any,
+) -> Callable[[Ctx], Run]:
+    """``hostcheck fleet nodes --out OUT`` with one good node (gpu001) and whatever ``plant`` puts beside it."""
+
+    def build(c: Ctx) -> Run:
+        d = c.root / "nodes"
+        d.mkdir()
+        (d / "gpu001.json").write_text(_node_report("gpu001"))
+        plant(c, d)
+        kw.setdefault("reports", ("out",))
+        return Run(["fleet", str(d), "--out", os.path.join(c.root, out), *extra], codes, **kw)
+
+    return build
+
+
+def _bad_node(text: str | bytes, name: str = "gpu009.json") -> Callable[[Ctx, Path], None]:
+    def plant(c: Ctx, d: Path) -> None:
+        path = d / (os.fsdecode(name) if isinstance(name, bytes) else name)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+
+    return plant
+
+
+def _fleet_md_symlink(c: Ctx) -> Run:
+    d = c.root / "nodes"
+    d.mkdir()
+    (d / "gpu001.json").write_text(_node_report("gpu001"))
+    (d / "fleet.md").symlink_to(_sparse(c.p("precious"), 10, b"keep me"))
+    return Run(["fleet", str(d)], USAGE, needle="symbolic link")
+
+
+def _bench(c: Ctx, *extra: str, **kw: Any) -> Run:
+    """bench against the tiny training Python (no torch): refused in about a second, exit 2."""
+    argv = ["bench", "--python", c.python, "--facts-dir", str(c.facts), "--workdir", c.p("bench"), "-q"]
+    kw.setdefault("reports", ("bench",))
+    return Run([*argv, *extra], kw.pop("codes", USAGE), **kw)
+
+
+def _config(make: Callable[[Ctx], str], needle: str = "cannot read it") -> Callable[[Ctx], Run]:
+    return lambda c: Run(c.base("--config", make(c)), USAGE, needle=needle)
+
+
+def _written(c: Ctx, name: str, data: bytes) -> str:
+    (c.root / name).write_bytes(data)
+    return c.p(name)
+
+
+def _v_limit() -> dict[int, int]:
+    return {resource.RLIMIT_AS: (import_footprint_kib() + 40 * 1024) * 1024}
+
+
+PROBE_WRONG_TYPES = (
+    "import sys\n"
+    'sys.stdout.write(\'\\nHOSTCHECK_PROBE_JSON:{"torch": 5, "python": 3, "env": [1]}\\n\')\n'
+    "sys.stdout.flush()\nimport os\nos._exit(0)\n"
+)
+
+HOSTILE_INPUT_ATTACKS = [
+    # job: the records folder, which the job itself can write.
+    A("job-records-fifo", _job(RECORD + "mkfifo $f", needle="hook-1-1.jsonl: is a FIFO")),
+    A("job-records-symlink-to-dev-zero", _job(RECORD + "ln -s /dev/zero $f", needle="is a symbolic link")),
+    A("job-records-pid-abc", _job(RECORD + 'echo \'{"k":"proc","pid":"abc"}\' > $f', needle='pid is "abc"')),
+    A("job-records-argv-5", _job(RECORD + 'echo \'{"k":"proc","pid":1,"argv":5}\' > $f', needle="argv is 5")),
+    A(
+        "job-records-nan-batch-times",
+        _job(
+            RECORD + 'printf \'%s\\n\' \'{"k":"proc","pid":1}\' \'{"k":"b","t":[NaN,1,2,3]}\' > $f',
+            needle="NaN",
+        ),
+    ),
+    A("job-records-nested-deep", _job(RECORD + "head -c 200000 /dev/zero | tr '\\0' '[' > $f")),
+    A("job-records-sparse-100mb", _job(RECORD + "truncate -s 100M $f")),
+    # job: its standard streams, limits and report paths.
+    A(
+        "job-stderr-closed-with-bad-records",
+        _job(RECORD + 'echo \'{"k":"proc","pid":"abc"}\' > $f', stderr="closed"),
+    ),
+    A("job-stdout-dev-full", _job("echo hello", stdout="devfull")),
+    A("job-stdout-closed", _job("true", stdout="closed")),
+    A("job-stdin-closed", _job("true", stdin="closed")),
+    A("job-ulimit-n-16", _job("true", limits={resource.RLIMIT_NOFILE: 16})),
+    A("job-ulimit-v-footprint+40MiB", lambda c: _job("true", limits=_v_limit())(c)),
+    A("job-leaves-a-daemon", _job("setsid sleep 300 >/dev/null 2>&1 & true")),
+    A("job-json-dev-full", _job_report("--json", lambda c: "/dev/full", JOB_RC, "writing /dev/full")),
+    A(
+        "job-json-symlink",
+        _job_report(
+            "--json",
+            lambda c: _symlink(c, "r.json", _sparse(c.p("precious"), 10, b"x")),
+            USAGE,
+            "symbolic link",
+        ),
+    ),
+    A("job-json-fifo-no-reader", _job_report("--json", lambda c: _mkfifo(c, "fifo"), JOB_RC, "writing")),
+    A("job-png-a-folder", _job_report("--png", lambda c: str(c.facts), USAGE, "is a folder")),
+    A("job-keep-records-mode-kept", _keep_records_mode_kept),
+    A("job-interval-too-short", _job("true", "--interval", "0.001", codes=USAGE, needle="--interval")),
+    A(
+        "job-command-never-started",
+        lambda c: Run(["job", "--", c.p("no-such-command")], (127,), needle="did not start"),
+    ),
+    # fleet: node reports are written by the nodes.
+    A(
+        "fleet-report-fifo",
+        _fleet(lambda c, d: os.mkfifo(d / "gpu009.json"), check=_fleet_pages_name("FIFO")),
+    ),
+    A(
+        "fleet-report-symlink-to-dev-zero",
+        _fleet(
+            lambda c, d: (d / "gpu009.json").symlink_to("/dev/zero"), check=_fleet_pages_name("symbolic link")
+        ),
+    ),
+    A(
+        "fleet-report-sparse-100mb",
+        _fleet(
+            lambda c, d: _sparse(str(d / "gpu009.json"), 100 << 20, b"{"), check=_fleet_pages_name("bytes")
+        ),
+    ),
+    A(
+        "fleet-report-string-score",
+        _fleet(_bad_node(_node_report("gpu009", value="100")), check=_fleet_pages_name("score.value")),
+    ),
+    A(
+        "fleet-report-nan-score",
+        _fleet(
+            _bad_node(_node_report("gpu009").replace('"value": 100', '"value": NaN')),
+            "--min-score",
+            "50",
+            check=_fleet_pages_name("NaN"),
+        ),
+    ),
+    A(
+        "fleet-report-ready-is-the-string-false",
+        _fleet(_bad_node(_node_report("gpu009", ready="false")), check=_fleet_pages_name("score.ready")),
+    ),
+    A(
+        "fleet-report-wrong-shapes",
+        _fleet(
+            _bad_node('{"checks": {"a": 1}, "host": [], "score": 7}'), check=_fleet_pages_name("want array")
+        ),
+    ),
+    A(
+        "fleet-report-nested-deep",
+        _fleet(_bad_node("[" * 100_000 + "]" * 100_000), check=_fleet_pages_name("nested too deeply")),
+    ),
+    A(
+        "fleet-report-bad-utf8",
+        _fleet(_bad_node(b'{"checks": [], "x": "\xff"}'), check=_fleet_pages_name("not UTF-8")),
+    ),
+    A(
+        "fleet-report-file-name-not-utf8",
+        _fleet(_bad_node(_node_report("x"), name=b"gpu009\xff.json"), check=_fleet_pages_name("not UTF-8")),
+    ),
+    A(
+        "fleet-report-html-and-pipes",
+        _fleet(
+            _bad_node(_node_report("<script>alert(1)</script>|x", ready=False)),
+            check=lambda o: _no_raw_html(o.ctx.root / "out"),
+        ),
+    ),
+    A("fleet-page-symlink", _fleet_md_symlink),
+    A(
+        "fleet-out-a-file",
+        _fleet(
+            lambda c, d: _sparse(c.p("afile"), 3, b"abc"),
+            codes=USAGE,
+            out="afile",
+            reports=(),
+            needle="not a folder",
+        ),
+    ),
+    A(
+        "fleet-out-dev-full",
+        _fleet(lambda c, d: None, codes=USAGE, out="/dev/full", reports=(), needle="not a folder"),
+    ),
+    A(
+        "fleet-stdout-dev-full",
+        _fleet(lambda c, d: None, codes=USAGE, stdout="devfull", needle="writing to standard output"),
+    ),
+    A("fleet-stdout-closed", _fleet(lambda c, d: None, codes=(0,), stdout="closed")),
+    A("fleet-stderr-closed", _fleet(_bad_node("{not json"), stderr="closed")),
+    A("fleet-stdin-closed", _fleet(lambda c, d: None, codes=(0,), stdin="closed")),
+    A("fleet-ulimit-n-16", _fleet(lambda c, d: None, codes=(0,), limits={resource.RLIMIT_NOFILE: 16})),
+    A(
+        "fleet-ulimit-v-footprint+40MiB",
+        lambda c: _fleet(lambda c, d: None, codes=(0,), limits=_v_limit())(c),
+    ),
+    # bench: its options and what it reads, refused before anything starts.
+    A(
+        "bench-huge-shm-small-beside-a-percentage",
+        lambda c: _bench(c, "--shm-small", "99999999999999T", "--shm-large", "50%", needle="--shm-small"),
+    ),
+    A("bench-seed-negative", lambda c: _bench(c, "--seed", "-1", needle="--seed")),
+    A("bench-no-torch", lambda c: _bench(c, needle="has no torch")),
+    A(
+        "bench-json-symlink",
+        lambda c: _bench(c, "--json", _symlink(c, "b.json", c.p("x")), needle="symbolic link"),
+    ),
+    A("bench-json-dev-full", lambda c: _bench(c, "--json", "/dev/full")),
+    A("bench-png-fifo-no-reader", lambda c: _bench(c, "--png", _mkfifo(c, "fifo"))),
+    A("bench-facts-fifo", lambda c: (os.mkfifo(c.facts / "gpunode_tuning.fact"), _bench(c))[1]),
+    A("bench-stdout-dev-full", lambda c: _bench(c, stdout="devfull")),
+    A("bench-stdout-closed", lambda c: _bench(c, stdout="closed")),
+    A("bench-stderr-closed", lambda c: _bench(c, stderr="closed")),
+    A("bench-stdin-closed", lambda c: _bench(c, stdin="closed")),
+    A("bench-ulimit-n-16", lambda c: _bench(c, limits={resource.RLIMIT_NOFILE: 16})),
+    A("bench-ulimit-v-footprint+40MiB", lambda c: _bench(c, limits=_v_limit())),
+    # check --config: the config file is read through the same reader.
+    A("config-fifo", _config(lambda c: _mkfifo(c, "hostcheck.toml"), "a FIFO")),
+    A(
+        "config-symlink-to-dev-zero",
+        _config(lambda c: _symlink(c, "hostcheck.toml", "/dev/zero"), "character device"),
+    ),
+    A("config-symlink-loop", _config(lambda c: _symlink(c, "hostcheck.toml", c.p("hostcheck.toml")), "loop")),
+    A("config-a-folder", _config(lambda c: str(c.facts), "a folder")),
+    A("config-missing", _config(lambda c: c.p("absent.toml"), "does not exist")),
+    A("config-50mb", _config(lambda c: _sparse(c.p("hostcheck.toml"), 50 << 20, b"# x\n"), "52428800 bytes")),
+    A(
+        "config-bad-utf8",
+        _config(lambda c: _written(c, "hostcheck.toml", b'profile = "\xff"\n'), "not UTF-8"),
+    ),
+    A(
+        "config-nested-deep",
+        _config(lambda c: _written(c, "hostcheck.toml", b"x = " + b"[" * 100_000), "not valid TOML"),
+    ),
+    A(
+        "config-stderr-closed",
+        lambda c: Run(c.base("--config", _mkfifo(c, "h.toml")), USAGE, stderr="closed"),
+    ),
+    A(
+        "config-ulimit-n-16",
+        lambda c: Run(c.base("--config", _mkfifo(c, "h.toml")), USAGE, limits={resource.RLIMIT_NOFILE: 16}),
+    ),
+    # check: a training Python whose probe prints the wrong types.
+    A(
+        "torch-probe-prints-wrong-types",
+        lambda c: Run(
+            c.base(only="system,torch", python=c.fake_torch(PROBE_WRONG_TYPES), json_out=True),
+            JUDGED,
+            check=_torch_not_ok("wrong types", "record.torch is 5"),
+        ),
+    ),
+]
+
+
+def _no_raw_html(out: Path) -> None:
+    md, page = (out / "fleet.md").read_text(), (out / "fleet.html").read_text()
+    assert "<script" not in md and "<script" not in page
+    row = next(line for line in md.splitlines() if "gpu009" in line)
+    assert row.count(" | ") == 6, row
+
+
+ATTACKS += HOSTILE_INPUT_ATTACKS
+
+
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_attack(
     attack: Attack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest

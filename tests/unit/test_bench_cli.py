@@ -36,6 +36,10 @@ def bench_args(*argv: str):
         (["--shm-small", "64MB"], "--shm-small '64MB'"),
         (["--shm-large", "120%"], "--shm-large '120%'"),
         (["--shm-small", "1G", "--shm-large", "512M"], "smaller than --shm-large"),
+        (["--shm-small", "99999999999999T", "--shm-large", "50%"], "smaller than --shm-large 50%"),
+        (["--shm-small", "60%", "--shm-large", "50%"], "smaller than --shm-large 50%"),
+        (["--seed", "-1"], "--seed -1: give a whole number from 0 to 18446744073709551615"),
+        (["--seed", str(1 << 64)], "--seed"),
         (["--python", "/nonexistent/python"], "not an executable file"),
         (["--json", "/nonexistent-dir/out.json"], "--json /nonexistent-dir/out.json"),
         (["--png", "/nonexistent-dir/out.png"], "--png"),
@@ -48,6 +52,19 @@ def test_usage_errors_exit_2(argv, needle, capsys):
     assert bench(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("hostcheck bench: error: ") and needle in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--shm-small", "64M", "--shm-large", "50%"],
+        ["--shm-small", "1%", "--shm-large", "50%"],
+        ["--seed", "0"],
+        ["--seed", str((1 << 64) - 1)],
+    ],
+)
+def test_sizes_and_seeds_in_range_are_taken(argv):
+    bench_args(*argv)  # the same options in range: no usage error
 
 
 def test_hostcheck_dispatches_bench(capsys):

@@ -8,8 +8,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -364,6 +366,35 @@ def test_pythonpath_shim_holds_only_hostcheck(tmp_path):
     assert os.listdir(shim) == ["hostcheck"]
     assert os.path.samefile(os.path.join(shim, "hostcheck"), os.path.join(ROOT, "hostcheck"))
     assert R.pythonpath_root(str(tmp_path)) == shim  # idempotent
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(lambda m: os.mkfifo(m), id="fifo"),
+        pytest.param(lambda m: os.symlink("/dev/zero", m), id="symlink-to-dev-zero"),
+        pytest.param(lambda m: Path(m).write_text("[1, 2]"), id="a-json-array"),
+        pytest.param(lambda m: Path(m).write_text('{"images": "9999"}'), id="images-a-string"),
+    ],
+)
+def test_a_hostile_images_marker_means_the_images_are_written_again(plant, tmp_path):
+    calls = []
+
+    def launcher(argv, env, timeout, name):
+        cfg = json.loads(argv[-1])
+        calls.append(cfg["task"])
+        return ProbeRun(name=name, records=({"ok": True, "images": cfg["images"]},))
+
+    c = ctx(None, tmp_path, launcher=launcher)
+    folder = os.path.join(str(tmp_path), "jpeg-484x402-q90-seed0")
+    os.makedirs(folder)
+    plant(os.path.join(folder, "complete.json"))
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", R.ensure_images(c, 4)), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "ensure_images blocked on the marker"
+    assert box["r"] == (folder, None) and calls == ["images"]
 
 
 def test_images_are_written_once_and_overlays_unpacked_once(tmp_path):

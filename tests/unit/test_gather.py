@@ -323,3 +323,45 @@ def test_a_probe_that_hangs_says_in_which_step(tmp_path):
     assert snap.error is not None and snap.error.kind == "timeout"
     assert snap.error.reason.endswith("hung in the PIL import"), snap.error.reason
     assert "CUDA" not in snap.error.reason
+
+
+GOOD_PROBE = {
+    "python": "3.11.7",
+    "executable": "/venv/bin/python",
+    "env": {"OMP_NUM_THREADS": "8"},
+    "rlimits": {"memlock": [-1, -1], "nofile": [65536, 65536]},
+    "pillow": {"Pillow": "11.0.0", "pillow-simd": None, "PIL": "11.0.0", "features": {"webp": True}},
+    "torch": {
+        "installed": True,
+        "version": "2.5.1",
+        "cuda": "12.4",
+        "cudnn": 90100,
+        "capabilities": [[9, 0]],
+    },
+    "maps": {"jemalloc": [], "tcmalloc": [], "openmp": ["/lib/libgomp.so.1"]},
+    "symbols": {"mallctl": False},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"torch": 5}, "record.torch is 5, want object"),
+        ({"torch": {"installed": "yes"}}, 'record.torch.installed is "yes"'),
+        ({"torch": {"installed": True, "version": 2.5}}, "record.torch.version is 2.5"),
+        ({"torch": {"installed": True, "capabilities": [["9", 0]]}}, "capabilities[0][0]"),
+        ({"env": {"OMP_NUM_THREADS": 8}}, "record.env.OMP_NUM_THREADS is 8"),
+        ({"pillow": "x"}, 'record.pillow is "x"'),
+        ({"maps": {"jemalloc": "/lib/x.so"}}, "record.maps.jemalloc"),
+    ],
+)
+def test_a_probe_record_of_the_wrong_types_is_the_gatherer_s_error(change, named):
+    from hostcheck.child.launch import ProbeRun
+
+    snap = probe_snapshot(
+        ProbeRun(name="torch probe", records=({**GOOD_PROBE, **change},)), "/venv/bin/python"
+    )
+    assert snap.error is not None and named in snap.error.reason and snap.data == {}, snap.error
+    # absent: the record the probe prints is taken as it is
+    good = probe_snapshot(ProbeRun(name="torch probe", records=(GOOD_PROBE,)), "/venv/bin/python")
+    assert good.error is None and good.torch_installed

@@ -180,3 +180,72 @@ def test_the_hook_and_its_folder_name_the_same_variable():
     env = observe.job_env({"PYTHONPATH": "/a:/b"}, "/run")
     assert env["PYTHONPATH"] == observe.JOBSITE + os.pathsep + "/a:/b" and env[observe.DIR_VAR] == "/run"
     assert observe.job_env({}, "/run")["PYTHONPATH"] == observe.JOBSITE
+
+
+# --- hostile records and rough edges (the hostile-input issue) ---------------------------------------------
+
+RECORD = "f=$HOSTCHECK_JOB_DIR/hook-1-1.jsonl; "
+
+
+@pytest.mark.parametrize(
+    ("script", "named"),
+    [
+        ("mkfifo $f", "hook-1-1.jsonl: is a FIFO"),
+        ("ln -s /dev/zero $f", "hook-1-1.jsonl: is a symbolic link"),
+        ('echo \'{"k": "proc", "pid": "abc"}\' > $f', 'pid is "abc"'),
+        ('echo \'{"k": "proc", "pid": 1, "argv": 5}\' > $f', "argv is 5"),
+        ('printf \'%s\\n\' \'{"k": "proc", "pid": 1}\' \'{"k": "b", "t": [NaN, 1, 2, 3]}\' > $f', "NaN"),
+    ],
+)
+def test_hostile_records_are_named_and_the_job_s_exit_code_comes_back(script, named, tmp_path):
+    out = tmp_path / "r.json"
+    p = job("--seconds", "20", "--json", str(out), "--", "sh", "-c", RECORD + script + "; exit 3", timeout=40)
+    assert p.returncode == 3, p.stderr
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr
+    doc = json.loads(out.read_text())
+    assert any(named in d for d in doc["records_dropped"]), doc["records_dropped"]
+    assert named in p.stderr
+    # absent: a job that writes nothing there drops nothing
+    p = job("--json", str(out), "--", "sh", "-c", "exit 3")
+    assert p.returncode == 3 and json.loads(out.read_text())["records_dropped"] == []
+
+
+@pytest.mark.parametrize("stderr", ["closed", "devfull"])
+def test_a_closed_or_full_stderr_never_replaces_the_job_s_exit_code(stderr, tmp_path):
+    script = RECORD + 'echo \'{"k": "proc", "pid": "abc"}\' > $f; exit 3'
+    argv = [sys.executable, "-m", "hostcheck", "job", "--", "sh", "-c", script]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if stderr == "closed":
+        p = subprocess.run(
+            argv, env=env, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(2), timeout=60
+        )
+    else:
+        with open("/dev/full", "w") as full:
+            p = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=full, timeout=60)
+    assert p.returncode == 3
+
+
+def test_keep_records_leaves_the_folder_s_mode_alone(tmp_path):
+    keep = tmp_path / "records"
+    keep.mkdir()
+    keep.chmod(0o755)
+    p = job("-q", "--keep-records", str(keep), "--", "sh", "-c", "exit 0")
+    assert p.returncode == 0, p.stderr
+    assert keep.stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize(("value", "code"), [("0.001", 2), ("0.05", 2), ("0.1", 0), ("61", 2)])
+def test_the_sampling_interval_has_bounds(value, code):
+    p = job("-q", "--interval", value, "--", "true")
+    assert p.returncode == code, p.stderr
+    if code == 2:
+        assert "--interval: from 0.1 to 60 seconds" in p.stderr
+
+
+def test_a_command_that_never_started_is_not_told_to_run_longer():
+    p = job("--", "no-such-command-hostcheck-test")
+    assert p.returncode == 127
+    assert "longer --seconds" not in p.stderr and "did not start" in p.stderr
+    # absent: a command that ran without a loop is still told about the window
+    p = job("--", "true")
+    assert p.returncode == 0 and "longer --seconds" in p.stderr

@@ -5,8 +5,10 @@ handler raised inside the hook's code still reaches the job; the records read ba
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
+import threading
 
 import pytest
 
@@ -139,3 +141,69 @@ def test_wait_in_bins_ends_whatever_the_floats_round_to():
     bins = wait_in_bins(p, 0.0, 0.1, 30)
     assert sum(bins) == pytest.approx(0.4, abs=1e-6)
     assert len(bins) == 30 and all(0 <= b <= 0.1 + 1e-9 for b in bins)
+
+
+# --- hostile records: the job can write into its own records folder ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ('{"k": "proc", "pid": "abc"}', 'pid is "abc"'),
+        ('{"k": "proc", "pid": 7, "argv": 5}', "argv is 5"),
+        ('{"k": "proc", "pid": 7, "env": {"RANK": 1}}', "env.RANK is 1"),
+        ('{"k": "proc", "pid": true}', "pid is true"),
+    ],
+)
+def test_a_process_record_of_the_wrong_types_is_dropped_and_named(line, named):
+    dropped: list[str] = []
+    assert parse_lines([line], dropped) is None
+    assert any(named in d for d in dropped), dropped
+    # absent: the same record with its types right is a process
+    assert parse_lines([_proc()], dropped) is not None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"k": "b", "it": 0, "t": [NaN, 1.0, 2.0, 3.0]}',
+        '{"k": "b", "it": 0, "t": [Infinity, 1.0]}',
+        '{"k": "b", "it": 0, "t": [1e999, 1.0]}',
+        '{"k": "b", "it": 0, "t": ["0", 1.0]}',
+        '{"k": "b", "it": "x", "t": [0.0, 1.0]}',
+        '{"k": "e", "it": 0, "t": "late"}',
+        '{"k": "sum", "n": 3, "wait": NaN, "gaps": 0}',
+        '{"k": "err", "type": 5, "message": "m"}',
+        '{"k": "final", "error": {"type": "E", "message": 5}}',
+        '{"k": "final", "pil": "11.0"}',
+        '{"k": "model", "param_devices": ["cuda"]}',
+        '{"k": "it", "it": 0, "workers": "12"}',
+    ],
+)
+def test_a_record_of_the_wrong_types_is_dropped_the_others_kept(bad):
+    good = json.dumps({"k": "b", "it": 0, "t": [0.0, 0.5, 0.7, 0.8]})
+    dropped: list[str] = []
+    p = parse_lines([_proc(), good, bad], dropped)
+    assert p is not None and p.bad_lines == 1 and len(p.batches) == 2 and dropped
+    assert all(math.isfinite(x) for b in p.batches for x in b)
+    clean: list[str] = []
+    assert parse_lines([_proc(), good], clean).bad_lines == 0 and clean == []
+
+
+def test_a_fifo_or_a_link_named_like_a_record_is_named_never_read(tmp_path):
+    (tmp_path / "hook-1-1.jsonl").write_text(_proc() + "\n")
+    os.mkfifo(tmp_path / "hook-2-1.jsonl")  # opening it for reading would wait for a writer for ever
+    (tmp_path / "hook-3-1.jsonl").symlink_to("/dev/zero")
+    (tmp_path / "hook-4-1.jsonl").symlink_to(tmp_path / "hook-1-1.jsonl")
+    dropped: list[str] = []
+    box: dict = {}
+    t = threading.Thread(
+        target=lambda: box.setdefault("procs", read_run(str(tmp_path), dropped)), daemon=True
+    )
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "read_run blocked"
+    assert len(box["procs"]) == 1
+    assert any(d.startswith("hook-2-1.jsonl: is a FIFO") for d in dropped), dropped
+    assert any(d.startswith("hook-3-1.jsonl: is a symbolic link") for d in dropped), dropped
+    assert any(d.startswith("hook-4-1.jsonl: is a symbolic link") for d in dropped), dropped
