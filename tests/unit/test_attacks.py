@@ -731,6 +731,17 @@ def _env_omp(value: str) -> Callable[[Ctx], Run]:
     return build
 
 
+def _env_preload_missing(c: Ctx) -> Run:
+    """A preload of a file that does not exist fails tuning.E002 (ld.so only warns and runs without it)."""
+    c.env_file.write_text("LD_PRELOAD=/nonexistent/libtcmalloc.so.4\n")
+
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "tuning.E002")
+        assert status == "fail" and "/nonexistent/libtcmalloc.so.4 (does not exist)" in message, message
+
+    return Run(c.base(json_out=True), JUDGED, check=check)
+
+
 def _env_fifo(c: Ctx) -> Run:
     c.env_file.unlink()
     os.mkfifo(c.env_file)
@@ -957,7 +968,7 @@ ATTACKS = [
     ),
     A("envfile-bad-utf8", _envfile(b"OMP_NUM_THREADS=\xff\xfe\nMALLOC_CONF=\xc3\x28\n")),
     A("envfile-pythonhome-breaks-the-probe", _envfile("PYTHONHOME=/nonexistent\nPYTHONPATH=/nonexistent\n")),
-    A("envfile-ld-preload-missing-library", _envfile("LD_PRELOAD=/nonexistent/libtcmalloc.so.4\n")),
+    A("envfile-ld-preload-missing-library", _env_preload_missing),
     A("envfile-fifo", _env_fifo),
     A("envfile-a-folder", _env_folder),
     A("envfile-missing", _env_missing),
