@@ -216,7 +216,7 @@ def test_no_allocator_without_facts_is_the_measured_default():
 
 
 def test_preload_that_loads_nothing_fails_without_facts():
-    # Issue 24: a preload that loads nothing is a broken path whatever the facts say (it warned before).
+    # A preload that loads nothing is a broken path whatever the facts say (it used to warn).
     facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
     probe = S.h100_probe(
         env={"LD_PRELOAD": "/nope/libtcmalloc.so.4"}, maps={"jemalloc": [], "tcmalloc": []}, symbols={}
