@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hostcheck import config, fleet_peers
+
 FAILING = ("fail", "error")
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 
@@ -79,7 +81,10 @@ def summarise(host: str, data: dict[str, Any], min_score: int | None = None) -> 
     )
 
 
-def load(report_dir: Path, expect: list[str], min_score: int | None) -> list[NodeSummary]:
+def load(
+    report_dir: Path, expect: list[str], min_score: int | None, raw: dict[str, Any] | None = None
+) -> list[NodeSummary]:
+    """The nodes' summaries, worst first; ``raw`` (when given) receives each readable report by host."""
     nodes: dict[str, NodeSummary] = {}
     for path in sorted(report_dir.glob("*.json")):
         host = path.stem
@@ -88,6 +93,8 @@ def load(report_dir: Path, expect: list[str], min_score: int | None) -> list[Nod
             if not isinstance(data, dict) or "checks" not in data:
                 raise ValueError("not a hostcheck report")
             nodes[host] = summarise(host, data, min_score)
+            if raw is not None:
+                raw[host] = data
         except (OSError, ValueError) as exc:
             nodes[host] = NodeSummary(host, None, False, problem=f"unreadable report: {exc}")
     for host in expect:
@@ -105,7 +112,7 @@ def _short(findings: tuple[dict[str, Any], ...], limit: int = 5) -> list[dict[st
     return [f for f in findings if f.get("status") in FAILING][:limit] or list(findings[:limit])
 
 
-def render_markdown(nodes: list[NodeSummary], generated: str) -> str:
+def render_markdown(nodes: list[NodeSummary], generated: str, extra: str = "") -> str:
     ready = sum(n.ready for n in nodes)
     out = [
         "# gpunode fleet report",
@@ -134,7 +141,7 @@ def render_markdown(nodes: list[NodeSummary], generated: str) -> str:
             (detail or "-").replace("|", "\\|"),
         ]
         out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" + extra
 
 
 _CSS = """
@@ -148,7 +155,7 @@ code{background:#f5f5f5;padding:0 .2em}ul{margin:0;padding-left:1.2em}
 """
 
 
-def render_html(nodes: list[NodeSummary], generated: str) -> str:
+def render_html(nodes: list[NodeSummary], generated: str, extra: str = "") -> str:
     e = html.escape
     ready = sum(n.ready for n in nodes)
     rows = []
@@ -177,7 +184,7 @@ def render_html(nodes: list[NodeSummary], generated: str) -> str:
         f"<p class='counts'><span class='ok' id='ready-count'>{ready} ready</span>"
         f"<span class='bad' id='notready-count'>{len(nodes) - ready} not ready</span></p>"
         "<table><thead><tr><th>node</th><th>score</th><th>ready</th><th>GPUs</th><th>driver</th><th>torch</th>"
-        f"<th>failing checks and fixes</th></tr></thead><tbody>{''.join(rows)}</tbody></table></body></html>\n"
+        f"<th>failing checks and fixes</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{extra}</body></html>\n"
     )
 
 
@@ -187,6 +194,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="where to write fleet.md and fleet.html (default: report_dir)")
     p.add_argument("--min-score", type=int, help="a node below this score is not ready, whatever its verdict")
     p.add_argument("--expect", nargs="*", default=[], help="hosts that must have a report")
+    p.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"TOML settings for [thresholds] fleet_peer_tolerance (default: {config.DEFAULT_PATH} when it exists)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,17 +207,28 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, f"{args.report_dir} is not a folder")
     if args.min_score is not None and not 0 <= args.min_score <= 100:
         raise ArgumentError(None, "--min-score must be between 0 and 100")
-    nodes = load(args.report_dir, args.expect, args.min_score)
+    try:
+        cfg = config.load(getattr(args, "config", None), explicit=getattr(args, "config", None) is not None)
+    except config.ConfigError as exc:
+        raise ArgumentError(None, str(exc)) from None
+    tolerance = cfg.thresholds.fleet_peer_tolerance
+    raw: dict[str, Any] = {}
+    nodes = load(args.report_dir, args.expect, args.min_score, raw)
+    slow = fleet_peers.outliers(raw, tolerance)
     if not nodes:
         print(f"hostcheck fleet: error: no reports in {args.report_dir}", file=sys.stderr)
         return EXIT_USAGE
     out = args.out or args.report_dir
     out.mkdir(parents=True, exist_ok=True)
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    (out / "fleet.md").write_text(render_markdown(nodes, generated))
-    (out / "fleet.html").write_text(render_html(nodes, generated))
+    (out / "fleet.md").write_text(
+        render_markdown(nodes, generated, fleet_peers.render_markdown(slow, tolerance))
+    )
+    (out / "fleet.html").write_text(render_html(nodes, generated, fleet_peers.render_html(slow, tolerance)))
     not_ready = [n.host for n in nodes if not n.ready]
     print(f"{len(nodes) - len(not_ready)} ready, {len(not_ready)} not ready; report: {out / 'fleet.html'}")
     if not_ready:
         print("not ready: " + ", ".join(not_ready))
+    if slow:
+        print("slower than their fleet peers: " + "; ".join(f"{o.host} {o.text()}" for o in slow))
     return EXIT_NOT_READY if not_ready else EXIT_READY

@@ -742,6 +742,33 @@ def _env_preload_missing(c: Ctx) -> Run:
     return Run(c.base(json_out=True), JUDGED, check=check)
 
 
+def _fleet_hostile_figures(c: Ctx) -> Run:
+    """Reports whose GPU figures are NaN, huge, negative, text or nested: the fleet comparison leaves them out."""
+    nodes = c.root / "fleetin"
+    nodes.mkdir()
+    gpus = [
+        {"name": "NVIDIA H100 80GB HBM3", "matmul_flops_per_second": {"bf16": v}, "copy_bytes_per_second": v}
+        for v in (float("nan"), 1e308, -5, "fast", {"x": [1]}, 10**400)
+    ]
+    for i, g in enumerate(gpus):
+        check = {"id": "workload.E013", "status": "pass", "value": g["matmul_flops_per_second"]["bf16"]}
+        doc = {"checks": [check], "score": {"value": 100, "ready": True}, "gpus": [g] * 8}
+        # json.dumps writes NaN and a 400-digit integer as Python's json reads them back.
+        (nodes / f"n{i}.json").write_text(json.dumps(doc))
+
+    def check(o: Outcome) -> None:
+        assert "slower than their fleet peers" not in o.out, o.out
+
+    return Run(["fleet", str(nodes), "--out", c.p("fleetout")], (0,), reports=("fleetout",), check=check)
+
+
+def _fleet_config_missing(c: Ctx) -> Run:
+    (c.root / "fleetin").mkdir()
+    return Run(
+        ["fleet", c.p("fleetin"), "--config", c.p("nope.toml")], USAGE, needle="hostcheck fleet: error:"
+    )
+
+
 def _env_fifo(c: Ctx) -> Run:
     c.env_file.unlink()
     os.mkfifo(c.env_file)
@@ -1051,6 +1078,8 @@ ATTACKS = [
         "cli-fleet-unknown-flag",
         lambda c: Run(["fleet", "--frobnicate"], USAGE, needle="hostcheck fleet: error:"),
     ),
+    A("cli-fleet-config-missing", _fleet_config_missing),
+    A("fleet-hostile-peer-figures", _fleet_hostile_figures),
     A(
         "cli-check-option-before-subcommand",
         lambda c: Run(["--quick", "bench"], USAGE, needle="given before 'bench'"),
