@@ -206,3 +206,44 @@ def test_the_check_command_hands_the_profiles_sizes_to_the_workload(monkeypatch,
     capsys.readouterr()
     assert seen["args"]["ddp"] == {"bw_budget_s": 4.0, "bw_max_bytes": 16 * GIB, "bw_iters": 5}
     assert seen["args"]["matmul"]["gpu_n"] == 8192
+
+
+def _gpu_line_run(n=8192, copy_bytes=1 * GIB, pinned_bytes=256 * MIB, factor=0.4):
+    mm = {"bf16": {"tflops": 780 * factor, "finite": True, "n": n}}
+    bw = {
+        "index": 0,
+        "name": H100,
+        "h2d_pinned": {"gbs": 54 * factor, "bytes": pinned_bytes},
+        "d2h_pinned": {"gbs": 54 * factor, "bytes": pinned_bytes},
+        "device_copy": {"gbs": 3000 * factor, "bytes": copy_bytes},
+    }
+    env = {"cuda_available": True, "gpus": [{"index": 0, "name": H100}]}
+    recs = []
+    for name, data in (
+        ("env", env),
+        ("matmul", {"gpus": [{"index": 0, "name": H100, "dtypes": mm}]}),
+        ("bandwidth", {"gpus": [bw]}),
+    ):
+        recs += [{"probe": name, "event": "start"}, {"probe": name, "ok": True, "data": data}]
+    run = WorkloadRun(
+        suite=ProbeRun(name="suite", records=tuple(recs)), sections=("env", "matmul", "bandwidth")
+    )
+    nvml = gather_nvml(nvml=S.FakeNvml([S.h100_gpu(0)]), proc_name=str)
+    return {r.id: r for r in run_checks(WORKLOAD_CHECKS, Snapshot(workload=run, nvml=nvml))}
+
+
+def test_a_gpu_at_40_percent_fails_matmul_copies_and_memory_bandwidth_at_plateau_sizes():
+    f = _gpu_line_run()
+    for cid in ("workload.E001", "workload.E005", "workload.E006", "workload.E008"):
+        assert f[cid].status.value == "fail", f[cid]
+    healthy = _gpu_line_run(factor=1.0)
+    for cid in ("workload.E001", "workload.E005", "workload.E006", "workload.E008"):
+        assert healthy[cid].status.value == "pass", healthy[cid]
+
+
+def test_below_the_plateau_size_a_slow_figure_only_warns_and_says_why():
+    f = _gpu_line_run(n=512, copy_bytes=8 * MIB, pinned_bytes=1 * MIB)
+    for cid in ("workload.E001", "workload.E005", "workload.E008"):
+        assert f[cid].status.value == "warn", f[cid]
+        assert any("a warning only" in d for d in f[cid].details), f[cid].details
+    assert "n = 512 is below the 4096" in f["workload.E001"].details[0]

@@ -86,11 +86,13 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
             continue
         fig = S.matmul_figure(name, dt, config)
         st, frac = J.judge_fraction(v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False)
+        st, note = J.on_plateau(st, "matmul_n", m.get("n"))
         statuses.append(st)
         if fig:
             expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} achievable, {fig.basis})"
             details.append(
                 f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({fig.source})"
+                + note
             )
         else:
             details.append(
@@ -210,11 +212,13 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
         lines[row.get("index")] = len(details)
         theo, ach = _link_rates(gpu)
         st, _ = J.judge_fraction(v, ach)
+        st, note = J.on_plateau(st, "pinned_bytes", m.get("bytes"))
         statuses.append(st)
         if ach and theo:
             expected = f">= {J.PASS_FRACTION * ach:.1f} (90% of {ach:.1f} = 0.85 x {theo:.1f} theoretical)"
             details.append(
                 f"GPU {row.get('index')}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
+                + note
             )
             if st in (J.WARN, J.FAIL) and hint is None:
                 hint = _pcie_hint(gpu)
@@ -312,11 +316,12 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
         lines[row.get("index")] = len(details)
         fig = S.copy_figure(row.get("name"), config)
         st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE))
+        st, note = J.on_plateau(st, "device_copy_bytes", m.get("bytes"))
         statuses.append(st)
         if fig:
             expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} GB/s, {fig.basis})"
             details.append(
-                f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s = {frac:.0%} ({fig.source})"
+                f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s = {frac:.0%} ({fig.source})" + note
             )
         else:
             details.append(f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s (unknown SKU)")

@@ -93,6 +93,25 @@ def judge_fraction(measured: float | None, achievable: float | None, estimate: b
     return status, frac
 
 
+#: The sizes from which a measurement is on its plateau, so that a fail against a line means the GPU: the
+#: reference H100 read 766 TFLOP/s at 4096^3 and 780 at 8192^3 (98%), and the copies' lines were measured at
+#: 256 MiB (pinned) and 1 GiB (device copy). hostcheck's own figures: below them a fail is only a warning.
+PLATEAU = {"matmul_n": 4096, "pinned_bytes": 64 << 20, "device_copy_bytes": 256 << 20}
+
+
+def on_plateau(status: str | None, kind: str, size) -> tuple[str | None, str]:
+    """(status, note): a fail measured below ``kind``'s plateau size (PLATEAU) becomes a warning, with a note
+    saying so; a size that is not recorded counts as on the plateau (the probe's defaults are)."""
+    least = PLATEAU[kind]
+    if status != FAIL or not isinstance(size, int) or isinstance(size, bool) or size >= least:
+        return status, ""
+    what = f"n = {size}" if kind == "matmul_n" else f"{size / 2**20:g} MiB"
+    return (
+        WARN,
+        f" ({what} is below the {least if kind == 'matmul_n' else least >> 20} the line needs: a warning only)",
+    )
+
+
 def busbw(algbw: float, n: int) -> float:
     """all_reduce bus bandwidth from algorithm bandwidth: algbw x 2(n-1)/n (nccl-tests' convention)."""
     if n < 1:
