@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostcheck.checks.workload.peers import peer_ratios
+from hostcheck.render.prometheus import _Families
 
 #: (report part, key, figure name, display unit, scale from the base unit)
 GPU_FIGURES = (
@@ -176,3 +177,22 @@ def render_html(found: list[FleetOutlier], tolerance: float) -> str:
         intro + "<table id='fleet-peers'><thead><tr><th>node</th><th>GPUs</th><th>figure</th><th>node</th>"
         f"<th>fleet median</th><th>ratio</th></tr></thead><tbody>{rows}</tbody></table>"
     )
+
+
+def render_json(found: list[FleetOutlier], tolerance: float) -> str:
+    """``hostcheck fleet --peers-json``: the comparison as data (docs/fleet.md)."""
+    import json
+
+    doc = {"schema_version": 1, "tolerance": tolerance, "outliers": [o.to_dict() for o in found]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def render_prometheus(found: list[FleetOutlier], tolerance: float) -> str:
+    """``hostcheck fleet --peers-prometheus``: a node_exporter textfile for the control node."""
+    out = _Families()
+    out.add("hostcheck_fleet_peer_tolerance", {}, tolerance)
+    out.add("hostcheck_fleet_peer_outliers", {}, len(found))
+    for o in found:
+        labels = {"node": o.host, "group": o.group, "figure": o.figure}
+        out.add("hostcheck_fleet_peer_ratio", labels, round(o.ratio, 4))
+    return out.render()
