@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hostcheck import config, fleet_peers
-from hostcheck.outfile import paths_error, write_report
+from hostcheck.outfile import write_report
 
 FAILING = ("fail", "error")
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
@@ -195,17 +195,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="where to write fleet.md and fleet.html (default: report_dir)")
     p.add_argument("--min-score", type=int, help="a node below this score is not ready, whatever its verdict")
     p.add_argument("--expect", nargs="*", default=[], help="hosts that must have a report")
-    p.add_argument("--peers-json", metavar="PATH", help="also write the fleet comparison as JSON to PATH")
-    p.add_argument(
-        "--peers-prometheus",
-        metavar="PATH",
-        help="also write the fleet comparison as a node_exporter textfile",
-    )
-    p.add_argument(
-        "--config",
-        metavar="PATH",
-        help=f"TOML settings for [thresholds] fleet_peer_tolerance (default: {config.DEFAULT_PATH} when it exists)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,13 +203,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, f"{args.report_dir} is not a folder")
     if args.min_score is not None and not 0 <= args.min_score <= 100:
         raise ArgumentError(None, "--min-score must be between 0 and 100")
-    extra_out = [("--peers-json", getattr(args, "peers_json", None))]
-    extra_out.append(("--peers-prometheus", getattr(args, "peers_prometheus", None)))
-    bad = paths_error(extra_out)
-    if bad:
-        raise ArgumentError(None, bad)
-    try:
-        cfg = config.load(getattr(args, "config", None), explicit=getattr(args, "config", None) is not None)
+    try:  # fleet_peer_tolerance: [thresholds] of the file `hostcheck check` reads, where it exists
+        cfg = config.load(None, explicit=False)
     except config.ConfigError as exc:
         raise ArgumentError(None, str(exc)) from None
     tolerance = cfg.thresholds.fleet_peer_tolerance
@@ -237,10 +221,8 @@ def run(args: argparse.Namespace) -> int:
         render_markdown(nodes, generated, fleet_peers.render_markdown(slow, tolerance))
     )
     (out / "fleet.html").write_text(render_html(nodes, generated, fleet_peers.render_html(slow, tolerance)))
-    if getattr(args, "peers_json", None):
-        write_report(args.peers_json, fleet_peers.render_json(slow, tolerance))
-    if getattr(args, "peers_prometheus", None):
-        write_report(args.peers_prometheus, fleet_peers.render_prometheus(slow, tolerance))
+    write_report(str(out / "fleet-peers.json"), fleet_peers.render_json(slow, tolerance))
+    write_report(str(out / "fleet-peers.prom"), fleet_peers.render_prometheus(slow, tolerance))
     not_ready = [n.host for n in nodes if not n.ready]
     print(f"{len(nodes) - len(not_ready)} ready, {len(not_ready)} not ready; report: {out / 'fleet.html'}")
     if not_ready:

@@ -105,12 +105,20 @@ def _write(tmp: Path, reports: dict) -> Path:
     return d
 
 
-def test_fleet_pages_list_the_slow_node_with_numbers_and_readiness_is_unchanged(tmp_path, capsys):
+@pytest.fixture
+def conf(tmp_path, monkeypatch):
+    """The configuration file hostcheck fleet reads (the one hostcheck check reads), here empty."""
+    path = tmp_path / "hostcheck.toml"
+    path.write_text("")
+    monkeypatch.setattr("hostcheck.config.DEFAULT_PATH", str(path))
+    return path
+
+
+def test_fleet_pages_list_the_slow_node_with_numbers_and_readiness_is_unchanged(tmp_path, conf, capsys):
     reports = fleet_of(slow="gpu003")
     reports["gpu003"]["host"]["hostname"] = "<b>gpu003</b>"
     d = _write(tmp_path, reports)
-    (tmp_path / "empty.toml").write_text("")
-    rc = command.main(["fleet", str(d), "--out", str(tmp_path), "--config", str(tmp_path / "empty.toml")])
+    rc = command.main(["fleet", str(d), "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0  # a flag is a warning: every node is still ready
     assert "slower than their fleet peers: " in out
@@ -122,44 +130,36 @@ def test_fleet_pages_list_the_slow_node_with_numbers_and_readiness_is_unchanged(
     assert "<table id='fleet-peers'>" in page and "463.3 TFLOP/s" in page and "<b>gpu003" not in page
 
 
-def test_fleet_pages_say_none_for_a_healthy_fleet_and_the_config_sets_the_tolerance(tmp_path, capsys):
+def test_fleet_pages_say_none_for_a_healthy_fleet_and_the_config_sets_the_tolerance(tmp_path, conf, capsys):
     d = _write(tmp_path, fleet_of(slow="gpu003", factor=0.85))
-    conf = tmp_path / "hostcheck.toml"
+    assert command.main(["fleet", str(d), "--out", str(tmp_path)]) == 0
+    assert "slower than their fleet peers" in capsys.readouterr().out  # 15% below: flagged at 10%
     conf.write_text("[thresholds]\nfleet_peer_tolerance = 0.2\n")
-    assert command.main(["fleet", str(d), "--out", str(tmp_path), "--config", str(conf)]) == 0
+    assert command.main(["fleet", str(d), "--out", str(tmp_path)]) == 0
     assert "slower than their fleet peers" not in capsys.readouterr().out
     assert "None." in (tmp_path / "fleet.md").read_text()
     assert "<p id='fleet-peers'>None.</p>" in (tmp_path / "fleet.html").read_text()
+    conf.write_text("[thresholds]\nfleet_peer_tolerance = 2\n")
+    assert command.main(["fleet", str(d), "--out", str(tmp_path)]) == 2  # a bad file is a usage error
 
 
-def test_the_comparison_as_json_and_prometheus_with_the_numbers(tmp_path, capsys):
+def test_the_comparison_as_json_and_prometheus_with_the_numbers(tmp_path, conf, capsys):
     d = _write(tmp_path, fleet_of(slow="gpu003"))
-    (tmp_path / "empty.toml").write_text("")
-    pj, pp = tmp_path / "peers.json", tmp_path / "peers.prom"
-    argv = ["fleet", str(d), "--out", str(tmp_path), "--config", str(tmp_path / "empty.toml")]
-    assert command.main([*argv, "--peers-json", str(pj), "--peers-prometheus", str(pp)]) == 0
+    assert command.main(["fleet", str(d), "--out", str(tmp_path)]) == 0
     capsys.readouterr()
-    doc = json.loads(pj.read_text())
+    doc = json.loads((tmp_path / "fleet-peers.json").read_text())
     assert doc["tolerance"] == 0.1 and {o["host"] for o in doc["outliers"]} == {"gpu003"}
     mm = next(o for o in doc["outliers"] if o["figure"] == "matmul_bf16")
     assert mm["value"] == pytest.approx(463.3, abs=0.1) and mm["median"] == pytest.approx(780)
-    prom = pp.read_text()
+    prom = (tmp_path / "fleet-peers.prom").read_text()
     assert "# TYPE hostcheck_fleet_peer_ratio gauge" in prom
     assert f'hostcheck_fleet_peer_ratio{{node="gpu003",group="{H100}",figure="matmul_bf16"}} 0.594' in prom
     assert "hostcheck_fleet_peer_outliers 4" in prom
-    # A healthy fleet: no outlier, the files still say so.
+    # A healthy fleet: no outlier, and the files say so.
     d2 = tmp_path / "healthy"
     d2.mkdir()
     for host, data in fleet_of().items():
         (d2 / f"{host}.json").write_text(json.dumps(data))
-    argv = ["fleet", str(d2), "--out", str(tmp_path / "o2"), "--config", str(tmp_path / "empty.toml")]
-    assert command.main([*argv, "--peers-json", str(pj), "--peers-prometheus", str(pp)]) == 0
-    assert (
-        json.loads(pj.read_text())["outliers"] == [] and "hostcheck_fleet_peer_outliers 0" in pp.read_text()
-    )
-
-
-def test_a_peers_output_path_that_is_a_folder_is_a_usage_error(tmp_path, capsys):
-    d = _write(tmp_path, fleet_of())
-    assert command.main(["fleet", str(d), "--peers-json", str(tmp_path)]) == 2
-    assert "--peers-json" in capsys.readouterr().err
+    assert command.main(["fleet", str(d2), "--out", str(tmp_path / "o2")]) == 0
+    assert json.loads((tmp_path / "o2" / "fleet-peers.json").read_text())["outliers"] == []
+    assert "hostcheck_fleet_peer_outliers 0" in (tmp_path / "o2" / "fleet-peers.prom").read_text()

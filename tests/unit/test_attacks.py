@@ -762,22 +762,6 @@ def _fleet_hostile_figures(c: Ctx) -> Run:
     return Run(["fleet", str(nodes), "--out", c.p("fleetout")], (0,), reports=("fleetout",), check=check)
 
 
-def _fleet_peers_json_symlink(c: Ctx) -> Run:
-    """--peers-json naming a symlink (to a file the run must not touch) is refused before anything is written."""
-    (c.root / "fleetin").mkdir()
-    (c.root / "victim").write_text("keep\n")
-    os.symlink(c.p("victim"), c.p("peers.json"))
-    argv = ["fleet", c.p("fleetin"), "--peers-json", c.p("peers.json")]
-    return Run(argv, USAGE, needle="--peers-json")
-
-
-def _fleet_config_missing(c: Ctx) -> Run:
-    (c.root / "fleetin").mkdir()
-    return Run(
-        ["fleet", c.p("fleetin"), "--config", c.p("nope.toml")], USAGE, needle="hostcheck fleet: error:"
-    )
-
-
 def _env_fifo(c: Ctx) -> Run:
     c.env_file.unlink()
     os.mkfifo(c.env_file)
@@ -1087,9 +1071,7 @@ ATTACKS = [
         "cli-fleet-unknown-flag",
         lambda c: Run(["fleet", "--frobnicate"], USAGE, needle="hostcheck fleet: error:"),
     ),
-    A("cli-fleet-config-missing", _fleet_config_missing),
     A("fleet-hostile-peer-figures", _fleet_hostile_figures),
-    A("fleet-peers-json-symlink", _fleet_peers_json_symlink),
     A(
         "cli-check-option-before-subcommand",
         lambda c: Run(["--quick", "bench"], USAGE, needle="given before 'bench'"),
