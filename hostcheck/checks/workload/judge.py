@@ -14,6 +14,9 @@ Thresholds and where they come from:
   without), warn within 1.05 x of it (Azure HPC health checks' warn band, 1.0-1.05x). Where gpu_skus.json has a
   line for the SKU and GPU count (Azure's per-SKU checks: 8 x H100 460 GB/s at 16 GiB), below it fails when the
   message was at least the line's size, and warns otherwise.
+- Plateau sizes (PLATEAU): a line is the figure of a measurement large enough to reach the plateau; a fail
+  measured below matmul n = 4096 (the reference H100 read 98% of its 8192^3 figure there), a 64 MiB pinned copy
+  or a 256 MiB device copy is only a warning (our own sizes: they can only soften a verdict).
 - AMP speedup: our own rule, from the reference H100 (CNN 3.1x fp16 + channels_last, transformer 6.1x
   bf16): below 1.0x fails (AMP is slower), below 1.3x warns, else passes.
 """
