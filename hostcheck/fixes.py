@@ -36,11 +36,13 @@ def driver_install(os_id: Any = "", version_id: Any = "") -> str:
     key, row = platform.os_row_for(data, os_id, version_id)
     branch, source = platform.default_branch(data, row)
     if source == "distro":
-        newest = data["defaults"]["driver_branch"]
+        newest = platform.branch_to_move_to(data) or data["defaults"]["driver_branch"]
+        life = platform.branch_lifecycle(data, branch)
+        ended = f", a branch NVIDIA ended in {life['end_of_life']}" if life["ended"] else ""
         return (
             rerun(DRIVER, "driver")
-            + f" (it installs {key}'s own {branch} driver; for branch {newest} set gpunode_driver_source: nvidia "
-            f"and gpunode_driver_branch: {newest})" + _NOT_LOADED
+            + f" (it installs {key}'s own {branch} driver{ended}; for branch {newest} set gpunode_driver_source: "
+            f"nvidia and gpunode_driver_branch: {newest})" + _NOT_LOADED
         )
     return role_fix(f"gpunode_driver_branch: {branch}", DRIVER, "driver") + _NOT_LOADED
 

@@ -1,6 +1,7 @@
 """The platform facts (hostcheck/data/platform.json) and the one decision made from them per node.
 
-Standard library only: the roles' filter plugin loads this file by path, hostcheck imports it. The data
+Why one module: the roles' filter plugin loads this file by path on the controller (no hostcheck installed
+there), so the plan and everything it uses must be one file; hostcheck imports the same file. Standard library only. The data
 holds the facts, each row with its public source; this module holds the logic:
 
 - ``load(overrides)``: the data, with a site's corrections or new rows merged in (inventory
@@ -14,6 +15,7 @@ holds the facts, each row with its public source; this module holds the logic:
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import re
 from pathlib import Path
@@ -32,9 +34,47 @@ _cache: dict[str, Any] | None = None
 # --- small parsers -------------------------------------------------------------------------------
 
 
+# PEP 440's version syntax (its appendix regex, less epoch and local labels, which these versions never carry in an
+# order that matters): release, then pre (a|b|rc), post and dev segments, in any of their spellings.
+_PEP440 = re.compile(
+    r"(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d+)?)?"
+    r"(?P<post>-(?P<post_n1>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post_n2>\d+)?)?"
+    r"(?P<dev>[-_.]?dev[-_.]?(?P<dev_n>\d+)?)?",
+    re.IGNORECASE,
+)
+_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+_RELEASE_WIDTH = 8  # release segments compared after padding with zeros (PEP 440: 2.11 == 2.11.0)
+_ABSENT = 10**9  # a release without .devN sorts after its dev releases
+
+
 def vtuple(version: Any) -> tuple[int, ...]:
-    """'580.65.06' -> (580, 65, 6); anything without digits -> ()."""
-    return tuple(int(p) for p in re.findall(r"\d+", str(version or "")))
+    """A sort key in PEP 440 order: '2.11.0.dev1' < '2.11.0a1' < '2.11.0b1' < '2.11.0rc1' < '2.11.0' < '2.11.0.post1'.
+
+    The first version in the text counts ('580.65.06'; 'cu130' -> 130; 'python3.11' -> 3.11); a local label
+    ('+cu130') is ignored; anything without digits -> (). Standard library only (hostcheck runs on the node, where
+    packaging may be absent); the tests hold it against packaging.version where that is importable.
+    """
+    m = _PEP440.search(str(version or ""))
+    if not m:
+        return ()
+    release = [int(p) for p in m.group("release").split(".")]
+    release += [0] * (_RELEASE_WIDTH - len(release))
+    if m.group("pre_l"):
+        pre = (_PRE[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
+    elif m.group("dev") and not m.group("post"):
+        pre = (-1, 0)  # X.devN sorts before X.aN
+    else:
+        pre = (3, 0)  # a final release sorts after its pre-releases
+    post = int(m.group("post_n1") or m.group("post_n2") or 0) if m.group("post") else -1
+    dev = int(m.group("dev_n") or 0) if m.group("dev") else _ABSENT
+    return (*release, *pre, post, dev)
+
+
+def release_tuple(version: Any) -> tuple[int, ...]:
+    """The release segment alone, as written: '580.65.06' -> (580, 65, 6); '2.11.0rc1' -> (2, 11, 0); none -> ()."""
+    m = _PEP440.search(str(version or ""))
+    return tuple(int(p) for p in m.group("release").split(".")) if m else ()
 
 
 def torch_minor(torch_version: Any) -> str:
@@ -97,19 +137,49 @@ def _merge(base: Any, extra: Any) -> Any:
 
 
 def load(overrides: Any = None, path: Path | None = None) -> dict[str, Any]:
-    """The platform data, with `overrides` (same shape, any subset) merged in."""
+    """The platform data, with `overrides` (same shape, any subset) merged in; ValueError for data that
+    :func:`validate` refuses (the file's or the merged result)."""
     global _cache
     if path is not None:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+        validate(data)
     else:
         if _cache is None:
-            _cache = json.loads(DATA_PATH.read_text(encoding="utf-8"))
+            fresh = json.loads(DATA_PATH.read_text(encoding="utf-8"))
+            validate(fresh)
+            _cache = fresh
         data = _cache
     if overrides:
         if not isinstance(overrides, dict):
             raise ValueError("gpunode_platform_overrides must be a mapping shaped like platform.json")
-        return _merge(data, overrides)
+        merged = _merge(data, overrides)
+        validate(merged)
+        return merged
     return copy.deepcopy(data)
+
+
+def _range(value: Any, what: str) -> None:
+    """A [lowest, highest] pair of versions, lowest <= highest: an empty or open range is an error, never 'any'."""
+    if not (isinstance(value, list) and len(value) == 2 and all(vtuple(v) for v in value)):
+        raise ValueError(
+            f"{what} must be [lowest, highest] (two versions), not {value!r}: an empty range is no range"
+        )
+    if vtuple(value[0]) > vtuple(value[1]):
+        raise ValueError(f"{what} is empty: {value[0]} is above {value[1]}")
+
+
+def validate(data: dict) -> None:
+    """Refuse data that would read as "anything goes": a torch release without its Python range, a build without
+    its GPU architectures (only an 'extra' build, installed only when named, may leave them unpublished)."""
+    for minor, row in (data.get("torch") or {}).items():
+        if not isinstance(row, dict):
+            raise ValueError(f"torch {minor}: a row must be a mapping")
+        _range(row.get("python"), f"torch {minor}: python")
+        for tag, variant in (row.get("variants") or {}).items():
+            if not (variant or {}).get("sm") and (variant or {}).get("role") != "extra":
+                raise ValueError(
+                    f"torch {minor} {tag}: sm (its GPU architectures) is empty; an empty list is no list"
+                )
 
 
 def min_driver(data: dict, cuda: Any, policy: str = "compat") -> str:
@@ -125,10 +195,119 @@ def min_driver(data: dict, cuda: Any, policy: str = "compat") -> str:
 
 def driver_satisfies(driver: Any, required: Any) -> bool:
     """A driver version, or a bare branch ('580' = the newest of the branch), against a minimum."""
-    have = vtuple(driver)
-    if len(have) == 1:
-        have = (have[0], 10**6)
-    return have >= vtuple(required)
+    if re.fullmatch(r"\s*\d+\s*", str(driver or "")):
+        return int(str(driver)) >= (release_tuple(required) or (0,))[0]
+    return vtuple(driver) >= vtuple(required)
+
+
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+def _today(today: Any = None) -> datetime.date:
+    if isinstance(today, datetime.date):
+        return today
+    if today:
+        return datetime.date.fromisoformat(str(today))
+    return datetime.date.today()
+
+
+def branch_lifecycle(data: dict, branch: Any, today: Any = None) -> dict:
+    """NVIDIA's lifecycle of a driver branch ('535', or a version '535.261.03'), from the data's driver_branches:
+    {branch, known, type, end_of_life ('June 2026', 'ended', ''), ended, source}. A branch is supported through the
+    month its end of life names; a branch the table lacks is known: False (never guessed)."""
+    major = release_tuple(branch)[:1]
+    key = str(major[0]) if major else ""
+    row = data.get("driver_branches", {}).get(key)
+    out = {"branch": key, "known": bool(row), "type": "", "end_of_life": "", "ended": False, "source": ""}
+    if not row:
+        return out
+    eol = str(row.get("end_of_life") or "")
+    ended = eol == "ended"
+    m = re.fullmatch(r"(\d{4})-(\d{2})", eol)
+    if m:
+        year, month = int(m.group(1)), int(m.group(2))
+        first_after = datetime.date(year + month // 12, month % 12 + 1, 1)
+        ended = _today(today) >= first_after
+        eol = f"{_MONTHS[month - 1]} {year}"
+    out.update(
+        type=str(row.get("type") or ""), end_of_life=eol, ended=ended, source=str(row.get("source", ""))
+    )
+    return out
+
+
+def branch_to_move_to(
+    data: dict, archs: list[dict] | None = None, today: Any = None, at_least: Any = ""
+) -> str:
+    """The supported branch to move to: the default branch if NVIDIA still supports it, every GPU's architecture
+    takes it and it runs a driver >= `at_least`, else the long-term-support or production branch with the latest
+    end of life that does ('' when none)."""
+    archs = archs or []
+
+    def fits(b: str) -> bool:
+        return all(
+            (not a.get("min_branch") or vtuple(b) >= vtuple(a["min_branch"]))
+            and (not a.get("max_branch") or vtuple(b) <= vtuple(a["max_branch"]))
+            for a in archs
+        )
+
+    live = [
+        b
+        for b, row in data.get("driver_branches", {}).items()
+        if row.get("type") in ("long-term support", "production")
+        and re.fullmatch(r"\d{4}-\d{2}", str(row.get("end_of_life") or ""))
+        and not branch_lifecycle(data, b, today)["ended"]
+        and fits(b)
+        and (not at_least or driver_satisfies(b, at_least))
+    ]
+    default = str(data["defaults"]["driver_branch"])
+    if default in live:
+        return default
+    return max(live, key=lambda b: (str(data["driver_branches"][b]["end_of_life"]), vtuple(b)), default="")
+
+
+def lifecycle_advice(
+    data: dict, branch: Any, archs: list[dict], today: Any = None, via: str = ""
+) -> tuple[str, str]:
+    """(problem, fix) for installing or running a branch NVIDIA no longer supports, one not meant for production, or
+    one the data lacks; ('', '') when supported. fix is the assignment that moves to the supported branch ('' if
+    none), `via` its prefix ('gpunode_driver_source: nvidia and ' where the OS's own archive is the default)."""
+    life = branch_lifecycle(data, branch, today)
+    if not life["known"]:
+        return (
+            f"driver branch {life['branch'] or branch} is not in the platform data's lifecycle table "
+            "(driver_branches): whether NVIDIA still supports it is not checked",
+            "",
+        )
+    to = branch_to_move_to(data, archs, today)
+    to_life = branch_lifecycle(data, to, today) if to else {}
+    fix = f"{via}gpunode_driver_branch: {to}" if to and to != life["branch"] else ""
+    what = f"branch {to} (NVIDIA {to_life.get('type')} branch, supported to {to_life.get('end_of_life')})"
+    if life["ended"]:
+        when = f"in {life['end_of_life']}" if life["end_of_life"] != "ended" else "(NVIDIA lists it as ended)"
+        head = f"driver branch {life['branch']} reached its end of life {when}"
+        if not to:
+            return f"{head}, and no supported branch serves these GPUs", ""
+        return f"{head}: no more bug or security fixes; move to {what}", fix
+    if life["type"] == "new feature":
+        return (
+            f"driver branch {life['branch']} is a new feature branch (for early adopters, short-lived, not for "
+            "production)" + (f": use {what}" if to else ""),
+            fix,
+        )
+    return "", ""
 
 
 def gpu(data: dict, device_id: Any) -> dict:
@@ -166,16 +345,37 @@ def _variant_fits(data: dict, row: dict, tag: str, gpus: list[dict], driver: str
     return why
 
 
-def _nearest_torch(data: dict, gpus: list[dict], driver: str, policy: str, python: str) -> str:
-    """The newest torch release with a variant that serves these GPUs, driver and Python ('' if none)."""
+def _release(data: dict, minor: str) -> str:
+    """The release to pin for a row: its 'latest' with a patch number ('2.14' -> '2.14.0')."""
+    latest = str(data["torch"][minor].get("latest") or minor)
+    return latest if len(release_tuple(latest)) >= 3 else f"{latest}.0"
+
+
+def _nearest_torch(
+    data: dict, gpus: list[dict], driver: str, policy: str, python: str, tag: str = ""
+) -> tuple[str, str]:
+    """(release, build) of the newest torch release with a build (`tag`, if given) that serves these GPUs, driver
+    and Python; () if none."""
     for minor in sorted(data["torch"], key=vtuple, reverse=True):
         row = data["torch"][minor]
         if python and not _python_fits(row, python):
             continue
-        for tag in _ordered_variants(row):
-            if not _variant_fits(data, row, tag, gpus, driver, policy):
-                return f"torch {row.get('latest', minor)} ({tag})"
-    return ""
+        for t in _ordered_variants(row):
+            if (not tag or t == tag) and not _variant_fits(data, row, t, gpus, driver, policy):
+                return _release(data, minor), t
+    return ()
+
+
+def _branch_for_release(data: dict, row: dict, gpus: list[dict], policy: str, today: Any) -> tuple[str, str]:
+    """(branch, build): the supported driver branch that lets this release's best build run on these GPUs."""
+    archs = [data["archs"].get(g["arch"], {}) for g in gpus]
+    for tag in _ordered_variants(row):
+        if _variant_fits(data, row, tag, gpus, "", policy):
+            continue  # no driver fixes missing kernels
+        to = branch_to_move_to(data, archs, today, min_driver(data, cuda_normalize(tag), policy))
+        if to:
+            return to, tag
+    return ()
 
 
 def _ordered_variants(row: dict) -> list[str]:
@@ -187,14 +387,14 @@ def _ordered_variants(row: dict) -> list[str]:
 
 
 def _python_range(row: dict) -> tuple[str, str]:
-    """(lowest, highest) Python of a release; '' where the data has none (a planned release)."""
-    lo, hi, *_ = [*(row.get("python") or []), "", ""]
+    """(lowest, highest) Python of a release (the loader guarantees both)."""
+    lo, hi = row["python"]
     return str(lo), str(hi)
 
 
 def _python_fits(row: dict, python: str) -> bool:
     lo, hi = _python_range(row)
-    return (not lo or vtuple(python) >= vtuple(lo)) and (not hi or vtuple(python) <= vtuple(hi))
+    return vtuple(lo) <= vtuple(python) <= vtuple(hi)
 
 
 def node_plan(
@@ -205,6 +405,7 @@ def node_plan(
     cuda: dict | None = None,
     overrides: Any = None,
     enforce_os: bool = True,
+    today: Any = None,
 ) -> dict:
     """Decide torch's variant, then the driver branch and flavour, CUDA, cuDNN and NCCL, for one node.
 
@@ -219,6 +420,7 @@ def node_plan(
     cuda:   {enabled, version, source, toolkit}            version '' = follow torch's variant; source
             pip|distro|nvidia (distro: the OS's own toolkit version, which must share torch's major)
     enforce_os: False lets an OS outside the data borrow its family's row (with a warning).
+    today:  the date branch lifecycles are judged on (a date or 'YYYY-MM-DD'; default: today).
     """
     os, driver, torch, cuda = dict(os or {}), dict(driver or {}), dict(torch or {}), dict(cuda or {})
     errors: list[str] = []
@@ -235,14 +437,18 @@ def node_plan(
     os_row = data["os"].get(key)
     plan["os"] = {"key": key, "supported": bool(os_row and os_row.get("supported"))}
     if not (os_row and os_row.get("supported")):
-        why = (
-            f"{key} is not supported: {os_row.get('why', '')}"
-            if os_row
-            else (f"{key} is not a supported OS (supported: {', '.join(supported_os(data))})")
-        )
+        supported = ", ".join(supported_os(data))
+        why = f"{key} is not supported: {os_row.get('why', '')}" if os_row else f"{key} is not a supported OS"
         borrowed = data["os_family_fallback"].get(str(os.get("family", "")))
         if enforce_os or not borrowed:
-            errors.append(why + ("" if enforce_os else "; no row of its OS family to borrow"))
+            errors.append(
+                f"{why}; nearest working choice: a supported OS ({supported})"
+                + (
+                    f", or gpunode_base_enforce_supported_os: false to try it with the {borrowed} row"
+                    if borrowed
+                    else " (gpunode_base_enforce_supported_os: false cannot help: no row of its OS family to borrow)"
+                )
+            )
             return plan
         warnings.append(
             f"{why}; trying anyway with the {borrowed} row (gpunode_base_enforce_supported_os: false)"
@@ -267,7 +473,10 @@ def node_plan(
     if source == "auto":
         source = os_row.get("driver_source_default", "nvidia")
     if drv_on and source == "distro" and not os_row.get("distro_driver_branch"):
-        errors.append(f"{key} has no distro NVIDIA driver: set gpunode_driver_source: nvidia")
+        errors.append(
+            f"{key} has no distro NVIDIA driver: set gpunode_driver_source: nvidia "
+            f"(NVIDIA's repository, gpunode_driver_branch: {data['defaults']['driver_branch']})"
+        )
     branch = str(driver.get("branch") or "")
     if not branch:
         branch = str(
@@ -299,6 +508,12 @@ def node_plan(
                 f"set gpunode_driver_branch: {hi}"
             )
     errors[:] = list(dict.fromkeys(errors))
+    if drv_on:
+        archs = [data["archs"].get(g["arch"], {}) for g in found]
+        via = "gpunode_driver_source: nvidia and " if source == "distro" else ""
+        problem, fix = lifecycle_advice(data, version or branch, archs, today, via)
+        if problem:
+            warnings.append(problem + (f": set {fix}" if fix else ""))
 
     # Kernel-module flavour: open or proprietary, from the GPUs, the branch and the source.
     wanted_open = str(driver.get("open", "auto")).strip().lower()
@@ -328,7 +543,7 @@ def node_plan(
     if needs_open and no_open:
         errors.append(
             f"{needs_open[0]['name']} needs the open kernel modules and {no_open[0]['name']} cannot use them: "
-            "one driver cannot serve both; split these GPUs across nodes"
+            "one driver cannot serve both, and no variable changes that; split these GPUs across nodes"
         )
     elif drv_on and flavour == "proprietary" and needs_open:
         errors.append(
@@ -377,16 +592,19 @@ def node_plan(
     if policy not in POLICIES:
         errors.append(f"gpunode_pytorch_driver_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         return plan
+    released = [m for m in sorted(data["torch"], key=vtuple) if data["torch"][m].get("status") != "planned"]
+    newest = released[-1] if released else ""
     try:
         minor = torch_minor(tver)
     except ValueError as exc:
-        errors.append(str(exc))
+        errors.append(f"gpunode_pytorch_version: {exc}: set it to a release such as {newest}.0")
         return plan
     row = data["torch"].get(minor)
     if row is None:
         errors.append(
-            f"torch {tver} is not in the platform data (known: {', '.join(sorted(data['torch'], key=vtuple))}); "
-            "add its row under torch in gpunode_platform_overrides, with its source"
+            f"torch {tver} is not in the platform data (known: {', '.join(sorted(data['torch'], key=vtuple))}): "
+            f"set gpunode_pytorch_version: {newest}.0 (the newest released one the data has), or add its row under "
+            "torch in gpunode_platform_overrides, with its source"
         )
         return plan
     if row.get("status") == "planned":
@@ -395,11 +613,21 @@ def node_plan(
         )
     if torch_on and pyver and not _python_fits(row, pyver):
         lo, hi = _python_range(row)
+        os_python = os_row["python"]["name"]
+        good = (
+            os_python if _python_fits(row, python_version(os_python) or os_row["python"]["version"]) else ""
+        )
+        other = [
+            m
+            for m in sorted(data["torch"], key=vtuple, reverse=True)
+            if _python_fits(data["torch"][m], pyver)
+        ]
         errors.append(
             f"torch {tver} supports Python {lo} to {hi}, and the training Python {pyname} is {pyver}: "
-            f"set gpunode_pytorch_python to an interpreter in that range (on {key}: {os_row['python']['name']})"
-            if pyname != os_row["python"]["name"]
-            else f"torch {tver} supports Python {lo} to {hi}, and {key}'s {pyname} is {pyver}"
+            f"set gpunode_pytorch_python: {good or 'python' + hi} (an interpreter in that range"
+            + (f", {key}'s own" if good else f"; {key}'s {os_python} is not")
+            + ")"
+            + (f", or gpunode_pytorch_version: {other[0]} (supports Python {pyver})" if other else "")
         )
     wish = str(torch.get("cuda") or "auto").strip().lower()
     if wish == "auto":
@@ -413,39 +641,84 @@ def node_plan(
         usable = [t for t, why_not in fits.items() if not why_not]
         if not usable:
             near = _nearest_torch(data, found, judged, policy, pyver)
+            to = _branch_for_release(data, row, found, policy, today) if drv_on else ""
+            choices = (
+                [
+                    f"torch {near[0]} ({near[1]}): set gpunode_pytorch_version: {near[0]} and gpunode_pytorch_cuda: {near[1]}"
+                ]
+                if near
+                else []
+            ) + ([f"gpunode_driver_branch: {to[0]} (for torch {tver}'s {to[1]})"] if to else [])
             errors.append(
                 f"no CUDA build of torch {tver} serves this node ("
                 + "; ".join(w for ws in fits.values() for w in ws)
                 + ")"
                 + (
-                    f": nearest working choice {near}"
-                    if near
-                    else ": upgrade the driver (gpunode_driver_branch)"
+                    ": nearest working choice " + ", or ".join(choices)
+                    if choices
+                    else ": no release or supported driver branch in the data serves these GPUs"
+                    + ("" if drv_on else " (the driver role is off: gpunode_driver_enabled)")
                 )
             )
             return plan
         tag = usable[0]
     else:
+        known = ", ".join(sorted(row["variants"], key=vtuple))
         try:
             tag = cuda_tag(wish)
         except ValueError as exc:
-            errors.append(str(exc))
+            errors.append(
+                f"gpunode_pytorch_cuda: {exc}: set auto, cpu or one of torch {tver}'s builds ({known})"
+            )
             return plan
         if tag != CPU:
             if tag not in row["variants"]:
-                known = ", ".join(sorted(row["variants"], key=vtuple))
-                errors.append(f"torch {tver} has no {tag} build; its CUDA builds are {known} (or cpu)")
-                return plan
-            for why_not in _variant_fits(data, row, tag, found, judged, policy):
-                near = [
-                    t
-                    for t in _ordered_variants(row)
-                    if not _variant_fits(data, row, t, found, judged, policy)
+                with_tag = [
+                    m for m in sorted(data["torch"], key=vtuple) if tag in data["torch"][m]["variants"]
                 ]
                 errors.append(
+                    f"torch {tver} has no {tag} build; its CUDA builds are {known} (or cpu): set gpunode_pytorch_cuda "
+                    f"to one of them (or auto)"
+                    + (
+                        f", or gpunode_pytorch_version: {with_tag[-1]} (the newest with {tag})"
+                        if with_tag
+                        else ""
+                    )
+                )
+                return plan
+            near = [
+                t for t in _ordered_variants(row) if not _variant_fits(data, row, t, found, judged, policy)
+            ]
+            for why_not in _variant_fits(data, row, tag, found, judged, policy):
+                to = ""
+                if "driver" in why_not and drv_on:
+                    archs = [data["archs"].get(g["arch"], {}) for g in found]
+                    to = branch_to_move_to(data, archs, today, min_driver(data, cuda_normalize(tag), policy))
+                other = (
+                    ()
+                    if near
+                    else (
+                        _nearest_torch(data, found, judged, policy, pyver, tag)
+                        or _nearest_torch(data, found, judged, policy, pyver)
+                    )
+                )
+                choices = (
+                    ([f"gpunode_pytorch_cuda: {near[0]}"] if near else [])
+                    + ([f"gpunode_driver_branch: {to}"] if to else [])
+                    + (
+                        [f"gpunode_pytorch_version: {other[0]} (gpunode_pytorch_cuda: {other[1]})"]
+                        if other
+                        else []
+                    )
+                )
+                errors.append(
                     f"torch {tver} {why_not}"
-                    + (f": nearest working choice gpunode_pytorch_cuda: {near[0]}" if near else "")
-                    + (" (or a newer driver branch)" if "driver" in why_not else "")
+                    + (": nearest working choice " + ", or ".join(choices) if choices else "")
+                    + (
+                        ""
+                        if choices
+                        else ": no build, release or supported branch in the data serves this node"
+                    )
                 )
     cuda_ver = cuda_normalize(tag)
     companions = row.get("companions", {})
@@ -477,12 +750,20 @@ def node_plan(
         errors.append(
             f"gpunode_cuda_version {want} is CUDA {major}, but torch {tver} is the {tag} build (CUDA "
             f"{cuda_ver.split('.')[0]}): cuDNN and NCCL must match torch's CUDA major; leave gpunode_cuda_version "
-            f"empty to follow torch, or set gpunode_pytorch_cuda to a CUDA {major} build"
+            f"empty to follow torch (CUDA {cuda_ver}), or set gpunode_pytorch_cuda to a CUDA {major} build"
+            + (
+                " ("
+                + ", ".join(t for t in sorted(row["variants"], key=vtuple) if t.startswith(f"cu{major}"))
+                + ")"
+                if any(t.startswith(f"cu{major}") for t in row["variants"])
+                else f" (torch {tver} has none)"
+            )
         )
     if cuda_on and not want:
         errors.append(
             "gpunode_cuda_version is empty and torch is a CPU build, so there is no CUDA version to follow: "
-            "set gpunode_cuda_version, or gpunode_cuda_enabled: false"
+            "set gpunode_cuda_enabled: false, or a version such as gpunode_cuda_version: "
+            + max(data["cuda"], key=vtuple)
         )
     if cuda_on and str(cuda.get("source") or "") == "distro" and cuda.get("toolkit", True):
         distro = str(os_row.get("distro_cuda_toolkit") or "")
@@ -499,17 +780,41 @@ def node_plan(
         else:
             want, major = distro, distro.split(".")[0]
     maj_row = data["cuda_major"].get(major, {})
-    libs = row.get("libraries", {}).get(f"cu{major}", {})
-    if (
+    # cuDNN/NCCL pins: a build's own row where the builds of one CUDA major pin differently (2.11), else the major's.
+    libraries = row.get("libraries", {})
+    libs = libraries.get(tag) if tag.startswith(f"cu{major}") and tag in libraries else None
+    libs = libs or libraries.get(f"cu{major}", {})
+    known = sorted((v for v in data["cuda"] if v.split(".")[0] == major), key=vtuple)
+    if cuda_on and want and want not in data["cuda"]:
+        below = [v for v in known if vtuple(v) <= vtuple(want)]
+        near = (below or known or [""])[-1]
+        errors.append(
+            f"CUDA {want} is not in the platform data's toolkit table, so the driver it needs is unknown (CUDA "
+            f"{major}'s minimum is not its own): "
+            + (f"set gpunode_cuda_version: {near} (or empty to follow torch's build), " if near else "")
+            + "or add its row under cuda in gpunode_platform_overrides with the driver its release notes name"
+        )
+    elif (
         cuda_on
         and want
         and drv_on
         and maj_row
         and not driver_satisfies(judged, min_driver(data, want, policy))
     ):
+        need = min_driver(data, want, policy)
+        to = branch_to_move_to(data, [data["archs"].get(g["arch"], {}) for g in found], today, need)
+        runs = [v for v in known if driver_satisfies(judged, min_driver(data, v, policy))]
         errors.append(
-            f"CUDA {want} needs driver >= {min_driver(data, want, policy)}; the driver is {judged}: "
-            "raise gpunode_driver_branch or lower gpunode_cuda_version"
+            f"CUDA {want} needs driver >= {need}; the driver is {judged}: "
+            + " or ".join(
+                ([f"set gpunode_driver_branch: {to}"] if to else [])
+                + ([f"gpunode_cuda_version: {runs[-1]}"] if runs else [])
+            )
+            + (
+                ""
+                if to or runs
+                else "no supported driver branch (gpunode_driver_branch) or CUDA version in the data fits"
+            )
         )
     plan["cuda"] = {
         "enabled": cuda_on,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from hostcheck import fixes
+from hostcheck import fixes, platform
 from hostcheck.config import Config
 from hostcheck.gather.base import GPU_LOST, NO_PERMISSION, NOT_INSTALLED, NOT_SUPPORTED, Unavailable
 from hostcheck.gather.fabric import FM_SERVICE
@@ -563,3 +563,30 @@ def _list(pairs: list[tuple[int, Any]]) -> str:
 
 def _v(v: Any) -> Any:
     return v if isinstance(v, str) else None
+
+
+@check("gpu.E014", "Driver branch supported by NVIDIA", weight=2, needs=("nvml", "system"))
+def driver_branch_lifecycle(s: Any) -> Outcome:
+    """The running driver's branch against NVIDIA's lifecycle (platform data, driver_branches): a warning for an
+    ended or new-feature branch, with the supported branch to move to and the variable that sets it."""
+    early = _no_gpus(s) if s.nvml is None or not s.nvml.ok else None
+    version = s.nvml.driver_version if early is None else None
+    if early is None and not platform.release_tuple(version if isinstance(version, str) else ""):
+        early = skipped("driver version unknown (see gpu.E001)")
+    if early:
+        return early
+    data = platform.load()
+    sms = {f"{c[0]}.{c[1]}" for g in s.nvml.gpus if isinstance(c := g.compute_capability, tuple)}
+    archs = [a for a in data["archs"].values() if sms & set(a.get("sm", []))]
+    row = platform.os_row_for(data, s.system.os_id, s.system.os_version)[1] if s.system else None
+    via = "gpunode_driver_source: nvidia and " if platform.default_branch(data, row)[1] == "distro" else ""
+    problem, fix = platform.lifecycle_advice(data, version, archs, via=via)
+    life = platform.branch_lifecycle(data, version)
+    if not life["known"]:
+        return skipped(f"driver {version}: {problem}", value=version)
+    if problem:
+        hint = fixes.role_fix(fix, fixes.DRIVER, "driver") if fix else None
+        expected = f"branch {fix.rsplit(' ', 1)[-1]}" if fix else None
+        return warned(f"driver {version}: {problem}", value=version, expected=expected, hint=hint)
+    until = f", supported to {life['end_of_life']}" if life["end_of_life"] else ""
+    return passed(f"driver {version}: NVIDIA {life['type']} branch {life['branch']}{until}", value=version)

@@ -80,7 +80,8 @@ def _os_row(data: dict, s: Any) -> dict | None:
 def _driver_fix(s: Any) -> str:
     data = platform.load()
     row = _os_row(data, s)
-    newest = data["defaults"]["driver_branch"]
+    archs = [a for a in data["archs"].values() if set(_gpu_sms(s)) & set(a.get("sm", []))]
+    newest = platform.branch_to_move_to(data, archs) or data["defaults"]["driver_branch"]
     extra = "gpunode_driver_source: nvidia and " if platform.default_branch(data, row)[1] == "distro" else ""
     return fixes.role_fix(f"{extra}gpunode_driver_branch: {newest}", fixes.DRIVER, "driver")
 

@@ -602,3 +602,43 @@ def test_a_volta_node_is_pointed_at_the_build_that_still_has_sm70():
     r, _ = judge(snap)
     assert r["torch.E003"].status is Status.FAIL
     assert "gpunode_pytorch_index: cu126" in r["torch.E003"].hint
+
+
+# Driver branch lifecycle (gpu.E014): NVIDIA's end of life per branch, from the platform data.
+def _on_driver(version):
+    return S.make_snapshot(
+        nvml=S.FakeNvml(driver=version),
+        system=S.h100_system(driver_version=version, fabric=S.hgx_fabric(fm_version=version)),
+        facts=S._facts_with("gpunode_driver", branch=version.split(".")[0], version=version),
+    )
+
+
+def test_a_node_on_an_ended_driver_branch_warns_with_the_branch_to_move_to():
+    # Fault planted: branch 550, which NVIDIA lists as end of life.
+    results, _ = judge(_on_driver("550.163.01"))
+    r = results["gpu.E014"]
+    assert r.status == Status.WARN and "end of life" in r.message and r.value == "550.163.01"
+    assert r.expected == "branch 580" and "gpunode_driver_branch: 580" in r.hint
+    assert "--tags driver" in r.hint
+
+
+def test_a_node_on_a_supported_driver_branch_passes(healthy):
+    # Fault absent: the healthy node runs 580 (long-term support to June 2028).
+    results, _ = judge(healthy)
+    r = results["gpu.E014"]
+    assert r.status == Status.PASS and "580" in r.message and "June 2028" in r.message
+
+
+def test_a_new_feature_branch_warns_and_an_unknown_branch_is_not_judged():
+    results, _ = judge(_on_driver("590.48.01"))
+    assert results["gpu.E014"].status == Status.WARN and "new feature" in results["gpu.E014"].message
+    results, _ = judge(_on_driver("600.10.01"))
+    assert (
+        results["gpu.E014"].status == Status.SKIP
+        and "not in the platform data" in results["gpu.E014"].message
+    )
+
+
+def test_the_branch_check_without_nvml_says_so():
+    results, _ = judge(S.SCENARIOS["no_nvml"][0]())
+    assert results["gpu.E014"].status == Status.SKIP and "NVML unavailable" in results["gpu.E014"].message

@@ -8,6 +8,7 @@ above it says what the old code did.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def test_supported_os_list_is_honest():
         "RedHat 9",
         "CentOS 9",
     }
-    for name in ("Debian 11", "CentOS 8"):
+    for name in ("Debian 11", "CentOS 8", "Ubuntu 26"):
         assert DATA["os"][name]["why"], name
 
 
@@ -274,6 +275,15 @@ def test_old_driver_for_every_build():
     assert "needs driver >=" in text
 
 
+def test_ubuntu_2604_is_refused_with_the_reason():
+    row = DATA["os"]["Ubuntu 26"]
+    assert row["supported"] is False and "not been checked" in row["why"]
+    text = refused(
+        plan(os={"distribution": "Ubuntu", "major": "26", "family": "Debian"}), "Ubuntu 26 is not supported"
+    )
+    assert "gpunode_base_enforce_supported_os: false" in text
+
+
 def test_unsupported_os_says_why_and_can_be_overridden():
     refused(plan(os={"distribution": "CentOS", "major": "8", "family": "RedHat"}), "2024-05-31")
     refused(plan(os={"distribution": "Debian", "major": "11", "family": "Debian"}), "2026-08-31")
@@ -327,3 +337,356 @@ def test_the_roles_filter_is_this_module():
     filters = mod.FilterModule().filters()
     inputs = {"os": ROCKY9, "gpus": [H100], "torch": {"version": "2.13.0"}, "cuda": {"source": "pip"}}
     assert filters["gpunode_node_plan"](inputs) == pf.node_plan(**inputs)
+
+
+# --- version order (PEP 440) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lower", "higher"),
+    [
+        ("2.11.0rc1", "2.11.0"),
+        ("2.11.0", "2.11.0.post1"),
+        ("2.11.0.dev1", "2.11.0a1"),
+        ("2.11.0a1", "2.11.0b1"),
+        ("2.11.0b1", "2.11.0rc1"),
+        ("2.11.0rc1", "2.11.0rc2"),
+        ("2.10.9", "2.11.0.dev0"),
+        ("2.11.0a1.dev1", "2.11.0a1"),
+        ("2.11.0.post1.dev1", "2.11.0.post1"),
+        ("580.65.06", "580.95.05"),
+        ("575.57.08", "580.65.06"),
+        ("3.9", "3.10"),
+    ],
+)
+def test_vtuple_sorts_in_pep440_order(lower, higher):
+    # Old vtuple took every digit run: 2.11.0rc1 -> (2, 11, 0, 1) sorted above 2.11.0 -> (2, 11, 0).
+    assert pf.vtuple(lower) < pf.vtuple(higher)
+
+
+def test_vtuple_agrees_with_packaging_where_it_is_importable():
+    version = pytest.importorskip("packaging.version")
+    texts = [
+        "2.11.0rc1", "2.11.0", "2.11", "2.11.0.post1", "2.11.0.dev3", "2.11.0a1", "2.11.0b2", "2.11.0rc2",
+        "2.11.0a1.dev1", "2.11.0.post1.dev2", "2.11.0a1.post1", "1.0-1", "1.0.post", "580.65.06", "13", "2.9.1",
+    ]  # fmt: skip
+    mine = sorted(texts, key=pf.vtuple)
+    assert [version.Version(t) for t in mine] == sorted(version.Version(t) for t in texts)
+    # Equal versions compare equal, as PEP 440 says (trailing zeros; a local label does not order here).
+    assert pf.vtuple("2.11") == pf.vtuple("2.11.0") and pf.vtuple("2.13.0+cu130") == pf.vtuple("2.13.0")
+
+
+def test_vtuple_reads_the_first_version_in_a_name():
+    assert pf.vtuple("") == () and pf.vtuple("latest") == ()
+    assert pf.vtuple("python3.11") == pf.vtuple("3.11") and pf.vtuple("cu130") > pf.vtuple("cu128")
+    assert pf.release_tuple("580.65.06") == (580, 65, 6) and pf.release_tuple("2.11.0rc1") == (2, 11, 0)
+
+
+def test_a_bare_branch_is_the_newest_of_its_branch():
+    assert pf.driver_satisfies("580", "580.65.06") and not pf.driver_satisfies("575", "580.65.06")
+    assert pf.driver_satisfies("580.95.05", "580.65.06") and not pf.driver_satisfies("580.65.05", "580.65.06")
+
+
+# --- Python ranges: an empty range is an error, ceilings are what released wheels have -------------------------
+
+
+@pytest.mark.parametrize("python", [[], ["3.10"], ["3.10", ""], None, ["3.14", "3.10"]])
+def test_an_empty_python_range_is_refused_by_the_loader(python, tmp_path):
+    # Old loader: 2.15's python [] read as "any Python", so EL8's Python 3.6 planned cu132 without a word.
+    data = pf.load()
+    data["torch"]["2.15"]["python"] = python
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"torch 2\.15: python"):
+        pf.load(path=path)
+    # The same row from inventory is a plan error, not an exception.
+    p = plan(torch={"version": "2.15.0"}, overrides={"torch": {"2.15": {"python": python}}})
+    refused(p, "gpunode_platform_overrides", "torch 2.15: python")
+
+
+def test_an_empty_architecture_list_is_refused_unless_the_build_is_extra():
+    p = plan(overrides={"torch": {"2.13": {"variants": {"cu130": {"role": "stable", "sm": []}}}}})
+    refused(p, "torch 2.13 cu130: sm")
+    assert DATA["torch"]["2.13"]["variants"]["cu129"] == {"role": "extra", "sm": []}
+
+
+def test_torch_215_on_el8_with_the_os_python_36_is_refused():
+    p = plan(
+        os=ROCKY8,
+        torch={"version": "2.15.0", "python": "/usr/bin/python3", "python_version": "3.6"},
+        driver={"branch": "580"},
+    )
+    text = refused(p, "supports Python 3.10 to 3.14", "3.6")
+    assert "gpunode_pytorch_python" in text and "python3.11" in text
+    # Absent the fault: the OS row's python3.11 is in range.
+    assert ok(plan(os=ROCKY8, torch={"version": "2.15.0", "cuda": "cu130"}, driver={"branch": "580"}))
+
+
+@pytest.mark.parametrize("minor", ["2.13", "2.14", "2.15"])
+def test_python_ceilings_are_what_released_wheels_have(minor):
+    # Old rows allowed 3.15 for 2.13/2.14 (RELEASE.md's text); test-infra keeps 3.15 out of released wheels.
+    assert DATA["torch"][minor]["python"] == ["3.10", "3.14"]
+    refused(plan(torch={"version": f"{minor}.0", "python": "python3.15"}, driver={"branch": "580"}), "3.15")
+    ok(
+        plan(
+            torch={"version": f"{minor}.0", "python": "python3.14", "cuda": "cu130"}, driver={"branch": "580"}
+        )
+    )
+
+
+# --- driver branch lifecycle ----------------------------------------------------------------------------------
+
+TODAY = "2026-11-26"
+
+
+def test_every_branch_row_has_a_type_end_of_life_and_source():
+    for branch, row in DATA["driver_branches"].items():
+        assert re.fullmatch(r"\d{3}", branch)
+        assert row["type"] in ("long-term support", "production", "new feature", None), branch
+        assert row["end_of_life"] is None or re.fullmatch(r"\d{4}-\d{2}|ended", row["end_of_life"]), branch
+        assert len(row["source"]) > 20, branch
+    # What NVIDIA's "Supported Drivers and CUDA Toolkit Versions" says, as of the date the facts were checked.
+    life = {b: pf.branch_lifecycle(DATA, b, TODAY) for b in ("535", "570", "580", "595", "610", "620")}
+    assert {b for b, v in life.items() if v["ended"]} == {"535", "570", "610"}
+    assert life["580"]["end_of_life"] == "June 2028" and life["620"]["end_of_life"] == "September 2029"
+    assert life["535"]["end_of_life"] == "June 2026" and life["595"]["type"] == "production"
+
+
+def test_a_branch_is_supported_through_the_month_its_end_of_life_names():
+    assert not pf.branch_lifecycle(DATA, "535", "2026-06-30")["ended"]
+    assert pf.branch_lifecycle(DATA, "535.261.03", "2026-07-01")["ended"]
+    assert not pf.branch_lifecycle(DATA, "999", TODAY)["known"]
+
+
+def test_debian12_distro_driver_535_warns_and_names_the_branch_to_move_to():
+    # Old plan installed Debian 12's 535 without a word; NVIDIA ended R535 in June 2026.
+    p = ok(plan(os=DEBIAN12, gpus=[H100], today=TODAY))
+    (warning,) = [w for w in p["warnings"] if "end of life" in w]
+    assert "branch 535 reached its end of life in June 2026" in warning
+    assert "set gpunode_driver_source: nvidia and gpunode_driver_branch: 580" in warning
+    # Absent the fault: the same node on NVIDIA's 580 gets no lifecycle warning, nor does it before July 2026.
+    p = ok(plan(os=DEBIAN12, gpus=[H100], driver={"source": "nvidia", "branch": "580"}, today=TODAY))
+    assert not [w for w in p["warnings"] if "driver branch" in w]
+    assert not ok(plan(os=DEBIAN12, gpus=[H100], today="2026-06-30"))["warnings"]
+
+
+def test_an_ended_branch_for_a_volta_node_moves_to_the_last_branch_volta_has():
+    p = ok(plan(gpus=[V100], driver={"branch": "570"}, torch={"cuda": "cu126"}, today=TODAY))
+    assert "gpunode_driver_branch: 580" in " ".join(p["warnings"])
+    # After June 2028 no supported branch serves Volta (its last is R580): the warning says so, naming none.
+    p = plan(gpus=[V100], driver={"branch": "580"}, torch={"cuda": "cu126"}, today="2028-07-01")
+    assert "no supported branch serves these GPUs" in " ".join(p["warnings"])
+
+
+def test_a_new_feature_branch_and_an_unknown_branch_warn():
+    p = plan(driver={"branch": "590"}, torch={"cuda": "cu126"}, today=TODAY)
+    assert "new feature branch" in " ".join(p["warnings"]) and "gpunode_driver_branch: 580" in " ".join(
+        p["warnings"]
+    )
+    p = plan(driver={"branch": "600"}, torch={"cuda": "cu126"}, today=TODAY)
+    assert "not in the platform data's lifecycle table" in " ".join(p["warnings"])
+
+
+# --- CUDA 13.x toolkit rows -------------------------------------------------------------------------------------
+
+
+def test_cuda_13_rows_hold_their_own_release_notes_driver():
+    assert {k: v["min_driver"] for k, v in DATA["cuda"].items() if k.startswith("13.")} == {
+        "13.0": "580.65.06",
+        "13.1": "590.44.01",
+        "13.2": "595.45.04",
+        "13.3": "610.43.02",
+    }
+
+
+def test_a_toolkit_the_table_lacks_is_refused_not_planned_from_its_major():
+    # Old plan: 13.4 got CUDA 13's minimum (the 13.0 row's driver) and was never held against its own notes.
+    text = refused(
+        plan(driver={"branch": "580"}, cuda={"version": "13.4"}), "CUDA 13.4 is not in the platform data"
+    )
+    assert "gpunode_cuda_version: 13.3" in text and "gpunode_platform_overrides" in text
+    row = {"13.4": {"min_driver": "615.00.00", "source": "a test row"}}
+    ok(plan(driver={"branch": "620"}, cuda={"version": "13.4"}, overrides={"cuda": row}))
+
+
+def test_the_toolkit_policy_holds_a_13x_toolkit_to_its_own_driver():
+    text = refused(
+        plan(driver={"branch": "580"}, torch={"policy": "toolkit"}, cuda={"version": "13.3"}, today=TODAY),
+        "CUDA 13.3 needs driver >= 610.43.02",
+    )
+    assert "gpunode_driver_branch: 620" in text and "gpunode_cuda_version: 13.0" in text
+    # Absent the fault: minor-version compatibility runs 13.3 on 580, and 620 meets 13.3's own minimum.
+    ok(plan(driver={"branch": "580"}, cuda={"version": "13.3"}))
+    ok(plan(driver={"branch": "620"}, torch={"policy": "toolkit"}, cuda={"version": "13.3"}))
+
+
+# --- torch rows back to 2.9 ---------------------------------------------------------------------------------------
+
+
+def test_rows_back_to_29_exist_with_their_published_builds():
+    assert {"2.9", "2.10", "2.11"} <= set(DATA["torch"])
+    assert DATA["torch"]["2.9"]["default"] == DATA["torch"]["2.10"]["default"] == "cu128"
+    assert DATA["torch"]["2.11"]["default"] == "cu130"
+    for minor in ("2.9", "2.10", "2.11"):
+        assert DATA["torch"][minor]["python"] == ["3.10", "3.14"]
+
+
+def test_a_site_pinned_to_211_on_a_570_driver_gets_cu128():
+    # Old data had no row before 2.12, so torch 2.11 (the last release with cu128) could not be planned at all.
+    p = ok(plan(torch={"version": "2.11.0"}, driver={"branch": "570"}, today=TODAY))
+    assert p["torch"]["tag"] == "cu128"
+    assert (p["cuda"]["cudnn"], p["cuda"]["nccl"]) == ("9.17.1.4", "2.28.9")
+    # 2.11's cu126 pins another cuDNN than its cu128: the build's own row wins over the major's.
+    p = ok(plan(torch={"version": "2.11.0", "cuda": "cu126"}, driver={"branch": "570"}, today=TODAY))
+    assert p["cuda"]["cudnn"] == "9.10.2.21"
+    assert ok(plan(torch={"version": "2.11.0"}, driver={"branch": "580"}))["torch"]["tag"] == "cu130"
+
+
+def test_volta_keeps_cu128_through_210_and_loses_it_in_211():
+    assert (
+        ok(plan(gpus=[V100], torch={"version": "2.10.0"}, driver={"branch": "570"}))["torch"]["tag"]
+        == "cu128"
+    )
+    assert (
+        ok(plan(gpus=[V100], torch={"version": "2.11.0"}, driver={"branch": "570"}))["torch"]["tag"]
+        == "cu126"
+    )
+    refused(plan(gpus=[V100], torch={"version": "2.11.0", "cuda": "cu128"}), "no sm_70 kernels")
+
+
+# --- every refusal names the nearest working choice and the variable that sets it ------------------------------
+
+UBUNTU26 = {"distribution": "Ubuntu", "major": "26", "family": "Debian"}
+UNKNOWN_OS = {"distribution": "Plan9", "major": "4", "family": "Plan9"}
+
+# (case, plan arguments, the variable to change, the concrete choice it names). Ids say what is refused.
+REFUSALS = [
+    ("override not a mapping", {"overrides": ["x"]}, "gpunode_platform_overrides", "mapping"),
+    ("unsupported OS", {"os": UBUNTU26}, "gpunode_base_enforce_supported_os", "Ubuntu 24"),
+    ("unknown OS", {"os": UNKNOWN_OS}, "gpunode_base_enforce_supported_os", "Ubuntu 24"),
+    ("no distro driver", {"driver": {"source": "distro"}}, "gpunode_driver_source: nvidia", "580"),
+    (
+        "branch distro lacks",
+        {"os": DEBIAN12, "driver": {"branch": "580"}},
+        "gpunode_driver_source: nvidia",
+        "580",
+    ),
+    (
+        "branch below the GPU's first",
+        {"gpus": [B200], "driver": {"branch": "535"}},
+        "gpunode_driver_branch",
+        "580",
+    ),
+    (
+        "branch above the GPU's last",
+        {"gpus": [V100], "driver": {"branch": "595"}},
+        "gpunode_driver_branch",
+        "580",
+    ),
+    ("flavour not a flavour", {"driver": {"open": "maybe"}}, "gpunode_driver_open_kernel_modules", "auto"),
+    ("Blackwell proprietary", {"gpus": [B200], "driver": {"open": "false"}}, "open_kernel_modules", "auto"),
+    (
+        "Volta open",
+        {"gpus": [V100], "driver": {"open": "true"}},
+        "gpunode_driver_open_kernel_modules",
+        "auto",
+    ),
+    (
+        "distro open lags",
+        {"os": DEBIAN12, "gpus": [T4], "driver": {"open": "true"}},
+        "source: nvidia",
+        "false",
+    ),
+    ("policy not a policy", {"torch": {"policy": "loose"}}, "gpunode_pytorch_driver_policy", "compat"),
+    ("torch not a version", {"torch": {"version": "latest"}}, "gpunode_pytorch_version", "2.14.0"),
+    ("torch the data lacks", {"torch": {"version": "2.99.0"}}, "gpunode_pytorch_version", "2.14.0"),
+    ("Python out of range", {"torch": {"python": "python3.9"}}, "gpunode_pytorch_python", "python3.11"),
+    ("auto without a GPU", {"gpus": []}, "gpunode_pytorch_cuda", "cpu"),
+    (
+        "no build serves the node",
+        {"gpus": [B200], "driver": {"branch": "570"}},
+        "gpunode_pytorch_version",
+        "2.11.0",
+    ),
+    ("CUDA build not a build", {"torch": {"cuda": "twelve"}}, "gpunode_pytorch_cuda", "cu130"),
+    ("build the release lacks", {"torch": {"cuda": "cu128"}}, "gpunode_pytorch_version", "2.11"),
+    (
+        "build without the GPU's kernels",
+        {"gpus": [V100], "torch": {"cuda": "cu130"}},
+        "gpunode_pytorch_cuda",
+        "cu126",
+    ),
+    ("CUDA version not a version", {"cuda": {"version": "abc"}}, "gpunode_cuda_version", "13.0"),
+    (
+        "CUDA of another major",
+        {"driver": {"branch": "580"}, "cuda": {"version": "12.8"}},
+        "gpunode_cuda_version",
+        "13.0",
+    ),
+    ("no CUDA to follow", {"gpus": [], "torch": {"cuda": "cpu"}}, "gpunode_cuda_enabled", "false"),
+    ("no distro toolkit", {"cuda": {"source": "distro"}}, "gpunode_cuda_source", "pip"),
+    (
+        "distro toolkit of another major",
+        {"os": DEBIAN12, "cuda": {"source": "distro"}},
+        "gpunode_cuda_source",
+        "pip",
+    ),
+    ("toolkit the data lacks", {"cuda": {"version": "13.4"}}, "gpunode_cuda_version", "13.3"),
+    (
+        "toolkit newer than the driver",
+        {"driver": {"branch": "580"}, "torch": {"policy": "toolkit"}, "cuda": {"version": "13.3"}},
+        "gpunode_driver_branch",
+        "620",
+    ),
+]
+# Refusals no variable can fix, named as such: one driver cannot serve a Blackwell and a Volta GPU.
+UNFIXABLE = [
+    ("Blackwell beside Volta", {"gpus": [B200, V100]}, "no variable changes that", "split these GPUs")
+]
+
+
+def _refusal_plan(args):
+    args = dict(args)
+    return plan(
+        os=args.pop("os", ROCKY9),
+        gpus=args.pop("gpus", (H100,)),
+        driver=args.pop("driver", None),
+        torch=args.pop("torch", None),
+        cuda=args.pop("cuda", None),
+        today=TODAY,
+        **args,
+    )
+
+
+@pytest.mark.parametrize(("case", "args", "variable", "choice"), REFUSALS + UNFIXABLE, ids=lambda x: x)
+def test_every_refusal_names_the_nearest_choice_and_its_variable(case, args, variable, choice):
+    text = refused(_refusal_plan(args))
+    assert variable in text, (case, text)
+    assert re.search(rf"(?<![\w.]){re.escape(choice)}(?![\w])", text), (case, choice, text)
+
+
+def test_the_refusal_table_walks_every_refusal_path_of_the_plan():
+    # Trace node_plan over the table: every errors.append in its source must have run at least once, so a new
+    # refusal path without a row (and so without a named way out) fails here.
+    import inspect
+    import sys
+
+    code = pf.node_plan.__code__
+    lines, start = inspect.getsourcelines(pf.node_plan)
+    sites = {start + i for i, line in enumerate(lines) if "errors.append(" in line}
+    hit: set[int] = set()
+
+    def tracer(frame, event, arg):
+        if frame.f_code is code:
+            if event == "line" and frame.f_lineno in sites:
+                hit.add(frame.f_lineno)
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        for _case, args, _variable, _choice in REFUSALS + UNFIXABLE:
+            _refusal_plan(args)
+    finally:
+        sys.settrace(None)
+    assert hit == sites, f"refusal lines no case reaches: {sorted(sites - hit)}"
