@@ -25,7 +25,7 @@ from hostcheck.checks import all_checks
 from hostcheck.child.launch import kill_all, python_arg, reopen
 from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import paths_error, write_report
-from hostcheck.profiles import DEFAULT_PROFILE, PROFILES
+from hostcheck.profiles import DEFAULT_PROFILE, PROFILES, merge_section_args, workload_args
 from hostcheck.registry import Check, Result, run_checks, select
 from hostcheck.render.json import render_json
 from hostcheck.render.junit import render_junit
@@ -277,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(sections) - set(DEFAULT_SECTIONS))
     if unknown:
         raise ArgumentError(None, f"--workload-sections: unknown section(s) {', '.join(unknown)}")
-    section_args = _section_args(args.workload_section_args)
+    # The sizes follow the profile's time budget; what the command line names wins.
+    section_args = merge_section_args(workload_args(profile), _section_args(args.workload_section_args))
     if args.quick and (args.burn or args.nnodes):
         raise ArgumentError(None, "--quick leaves the workload out: it cannot go with --burn or --nnodes")
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):

@@ -98,6 +98,10 @@ class Thresholds:
     gpu_temp_fail_c: float = float(_THRESHOLD_DEFAULTS["gpu_temp_fail_c"])
     #: Retired pages (single + double bit) from which a GPU fails: DCGM's limit.
     retired_pages_fail: int = int(_THRESHOLD_DEFAULTS["retired_pages_fail"])
+    #: A GPU this fraction below the median of its node's other GPUs fails (gpu-fryer's 10%).
+    gpu_peer_tolerance: float = float(_THRESHOLD_DEFAULTS["gpu_peer_tolerance"])
+    #: hostcheck fleet flags a node this fraction below its SKU's fleet median (a warning).
+    fleet_peer_tolerance: float = float(_THRESHOLD_DEFAULTS["fleet_peer_tolerance"])
 
 
 @dataclass(frozen=True)
@@ -296,11 +300,15 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         warn_c = t.number("gpu_temp_warn_c", 0, 150)
         fail_c = t.number("gpu_temp_fail_c", 0, 150)
         pages = t.integer("retired_pages_fail", 1, 100000)
+        peer = t.number("gpu_peer_tolerance", 0.01, 0.9)
+        fleet = t.number("fleet_peer_tolerance", 0.01, 0.9)
         t.done()
         thresholds = Thresholds(
             gpu_temp_warn_c=thresholds.gpu_temp_warn_c if warn_c is None else warn_c,
             gpu_temp_fail_c=thresholds.gpu_temp_fail_c if fail_c is None else fail_c,
             retired_pages_fail=thresholds.retired_pages_fail if pages is None else pages,
+            gpu_peer_tolerance=thresholds.gpu_peer_tolerance if peer is None else peer,
+            fleet_peer_tolerance=thresholds.fleet_peer_tolerance if fleet is None else fleet,
         )
         if thresholds.gpu_temp_warn_c > thresholds.gpu_temp_fail_c:
             raise ConfigError(path, "thresholds.gpu_temp_warn_c", "must not be above gpu_temp_fail_c")

@@ -21,15 +21,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hostcheck import infile
+from hostcheck import config, fleet_peers, infile
 from hostcheck.outfile import paths_error, write_report
+from hostcheck.render.markdown import md_cell
 from hostcheck.schema import report_schema, type_errors
 
 FAILING = ("fail", "error")
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 #: A node's report is tens of KiB (a few hundred with every GPU's figures): past this it is not one.
 MAX_REPORT_BYTES = 8 << 20
-PAGES = ("fleet.md", "fleet.html")
+PAGES = ("fleet.md", "fleet.html", "fleet-peers.json", "fleet-peers.prom")
 
 SUMMARY = "many nodes' --json reports -> fleet.md and fleet.html (docs/fleet.md)"
 DESCRIPTION = (
@@ -141,11 +142,16 @@ def _host_of(name: str) -> tuple[str, str]:
     return stem, ""
 
 
-def load(report_dir: Path, expect: list[str], min_score: int | None) -> list[NodeSummary]:
+def load(
+    report_dir: Path, expect: list[str], min_score: int | None, raw: dict[str, Any] | None = None
+) -> list[NodeSummary]:
     """Every ``<host>.json`` in ``report_dir``, judged; a report that cannot be used is named, not ready, and
-    costs no other node its row."""
+    costs no other node its row. ``raw`` (when given) receives each usable report by host."""
     nodes: dict[str, NodeSummary] = {}
-    names = sorted(n for n in os.listdir(report_dir) if n.endswith(".json") and n != ".json")
+    # fleet-peers.json is this command's own output, written beside the reports by default: never a node.
+    names = sorted(
+        n for n in os.listdir(report_dir) if n.endswith(".json") and n != ".json" and n not in PAGES
+    )
     for name in names:
         host, bad_name = _host_of(name)
         if bad_name:
@@ -154,6 +160,8 @@ def load(report_dir: Path, expect: list[str], min_score: int | None) -> list[Nod
         try:
             data = read_report(os.path.join(report_dir, name))
             nodes[host] = summarise(host, data, min_score)
+            if raw is not None:
+                raw[host] = data
         except ValueError as exc:
             nodes[host] = NodeSummary(host, None, False, problem=f"unreadable report: {exc}")
     for host in expect:
@@ -171,14 +179,7 @@ def _short(findings: tuple[dict[str, Any], ...], limit: int = 5) -> list[dict[st
     return [f for f in findings if f.get("status") in FAILING][:limit] or list(findings[:limit])
 
 
-def _md(value: Any) -> str:
-    """A node's text in a Markdown table cell: its HTML shown as text, ``|`` and line breaks kept out of the
-    table's structure."""
-    text = html.escape(str(value), quote=False).replace("\\", "\\\\").replace("|", "\\|")
-    return " ".join(text.split("\n")).replace("\r", " ").replace("`", "'")
-
-
-def render_markdown(nodes: list[NodeSummary], generated: str) -> str:
+def render_markdown(nodes: list[NodeSummary], generated: str, extra: str = "") -> str:
     ready = sum(n.ready for n in nodes)
     out = [
         "# gpunode fleet report",
@@ -190,24 +191,24 @@ def render_markdown(nodes: list[NodeSummary], generated: str) -> str:
     ]
     for n in nodes:
         if n.problem:
-            detail = _md(n.problem)
+            detail = md_cell(n.problem)
         else:
             detail = "<br>".join(
-                f"`{_md(f.get('id'))}` {_md(f.get('status'))}: {_md(f.get('message', ''))}"
-                + (f" **Fix:** {_md(f['hint'])}" if f.get("hint") else "")
+                f"`{md_cell(f.get('id'))}` {md_cell(f.get('status'))}: {md_cell(f.get('message', ''))}"
+                + (f" **Fix:** {md_cell(f['hint'])}" if f.get("hint") else "")
                 for f in _short(n.findings)
             )
         cells = [
-            _md(n.host),
+            md_cell(n.host),
             _fmt_score(n),
             "yes" if n.ready else "**no**",
             str(n.gpus),
-            _md(n.versions.get("driver") or "-"),
-            _md(n.versions.get("torch") or "-"),
+            md_cell(n.versions.get("driver") or "-"),
+            md_cell(n.versions.get("torch") or "-"),
             detail or "-",
         ]
         out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" + extra
 
 
 _CSS = """
@@ -221,7 +222,7 @@ code{background:#f5f5f5;padding:0 .2em}ul{margin:0;padding-left:1.2em}
 """
 
 
-def render_html(nodes: list[NodeSummary], generated: str) -> str:
+def render_html(nodes: list[NodeSummary], generated: str, extra: str = "") -> str:
     e = html.escape
     ready = sum(n.ready for n in nodes)
     rows = []
@@ -250,7 +251,7 @@ def render_html(nodes: list[NodeSummary], generated: str) -> str:
         f"<p class='counts'><span class='ok' id='ready-count'>{ready} ready</span>"
         f"<span class='bad' id='notready-count'>{len(nodes) - ready} not ready</span></p>"
         "<table><thead><tr><th>node</th><th>score</th><th>ready</th><th>GPUs</th><th>driver</th><th>torch</th>"
-        f"<th>failing checks and fixes</th></tr></thead><tbody>{''.join(rows)}</tbody></table></body></html>\n"
+        f"<th>failing checks and fixes</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{extra}</body></html>\n"
     )
 
 
@@ -274,7 +275,14 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, f"{args.report_dir} is not a folder")
     if args.min_score is not None and not 0 <= args.min_score <= 100:
         raise ArgumentError(None, "--min-score must be between 0 and 100")
-    nodes = load(args.report_dir, args.expect, args.min_score)
+    try:  # fleet_peer_tolerance: [thresholds] of the file `hostcheck check` reads, where it exists
+        cfg = config.load(None, explicit=False)
+    except config.ConfigError as exc:
+        raise ArgumentError(None, str(exc)) from None
+    tolerance = cfg.thresholds.fleet_peer_tolerance
+    raw: dict[str, Any] = {}
+    nodes = load(args.report_dir, args.expect, args.min_score, raw)
+    slow = fleet_peers.outliers(raw, tolerance)
     if not nodes:
         print(f"hostcheck fleet: error: no reports in {args.report_dir}", file=sys.stderr)
         return EXIT_USAGE
@@ -292,8 +300,12 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, bad)
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     try:
-        write_report(pages[0][1], render_markdown(nodes, generated))
-        write_report(pages[1][1], render_html(nodes, generated))
+        write_report(
+            pages[0][1], render_markdown(nodes, generated, fleet_peers.render_markdown(slow, tolerance))
+        )
+        write_report(pages[1][1], render_html(nodes, generated, fleet_peers.render_html(slow, tolerance)))
+        write_report(pages[2][1], fleet_peers.render_json(slow, tolerance))
+        write_report(pages[3][1], fleet_peers.render_prometheus(slow, tolerance))
     except OSError as exc:
         print(f"hostcheck fleet: error: writing the pages: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -303,4 +315,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if not_ready:
         print("not ready: " + ", ".join(not_ready))
+    if slow:
+        print(
+            "slower than their fleet peers: "
+            + "; ".join(f"{_plain(o.host)} {_plain(o.text())}" for o in slow)
+        )
     return EXIT_NOT_READY if not_ready else EXIT_READY

@@ -24,6 +24,9 @@ class Profile:
     #: Seconds of matmul stress added to the workload (``--burn``), unless the command line says otherwise.
     burn_s: float = 0.0
     summary: str = ""
+    #: Seconds one GPU line (the all_reduce sweep, one matmul dtype, one copy kind) may measure for; the message
+    #: and matrix sizes follow from it (workload_args). 0: the profile runs no GPU job.
+    gpu_line_s: float = 0.0
 
     def allows(self, check_needs: frozenset[str]) -> bool:
         return check_needs <= self.needs
@@ -53,14 +56,57 @@ PROFILES: dict[str, Profile] = {
             PASSIVE_NEEDS | {"torch"},
             summary="passive plus the training Python's torch probe; no GPU job",
         ),
-        Profile("full", 1800.0, ALL_NEEDS, summary="every check, with the short GPU/AMP/DDP workload"),
+        Profile(
+            "full",
+            1800.0,
+            ALL_NEEDS,
+            summary="every check, with the short GPU/AMP/DDP workload",
+            gpu_line_s=4.0,
+        ),
         Profile(
             "burnin",
             3600.0,
             ALL_NEEDS,
             burn_s=600.0,
             summary="every check plus a 10-minute matmul stress run: new or repaired hardware",
+            gpu_line_s=15.0,
         ),
     )
 }
 DEFAULT_PROFILE = "full"
+
+GIB = 1 << 30
+#: The largest all_reduce message: Azure's per-SKU lines are set at 16 GiB (gpu_skus.json, allreduce).
+ALLREDUCE_MAX_BYTES = 16 * GIB
+#: The matmul size the reference figures were measured at (gpu_skus.json: 8192^3; 4096^3 reads 2% lower).
+MATMUL_PLATEAU_N = 8192
+
+
+def workload_args(profile: Profile) -> dict[str, dict]:
+    """Per-section probe arguments from the profile's time budget (``gpu_line_s``), below any the command line
+    gives (``--workload-section-args`` wins key by key).
+
+    - ddp: the all_reduce message doubles from 64 MiB while the next size's timed operations fit in the budget,
+      up to 16 GiB: with the full profile's 4 s an 8 x H100 node (about 60 ms per 16 GiB operation) reaches
+      16 GiB, the size its line is set at; a slower interconnect stops earlier and is told so.
+    - matmul: each dtype measures for an eighth of the budget (at most 1 s) at n = 8192 on a GPU, the size the
+      reference figures were measured at, once the budget holds a few dozen batches of it (from 1 s).
+    - bandwidth: each copy kind measures for a sixteenth of the budget (at most 1 s).
+    An 8-GPU node runs these per GPU, so the shares stay small: the suite's own limit (--workload-timeout) holds.
+    """
+    b = profile.gpu_line_s
+    if b <= 0:
+        return {}
+    return {
+        "ddp": {"bw_budget_s": b, "bw_max_bytes": ALLREDUCE_MAX_BYTES},
+        "matmul": {"gpu_n": MATMUL_PLATEAU_N if b >= 1.0 else 4096, "measure_s": round(min(1.0, b / 8), 3)},
+        "bandwidth": {"measure_s": round(min(1.0, b / 16), 3)},
+    }
+
+
+def merge_section_args(base: dict[str, dict], given: dict[str, dict] | None) -> dict[str, dict]:
+    """``base`` with ``given`` laid over it, section by section and key by key."""
+    out = {k: dict(v) for k, v in base.items()}
+    for section, values in (given or {}).items():
+        out.setdefault(section, {}).update(values)
+    return out

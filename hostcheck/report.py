@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
+from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Result
@@ -274,6 +275,24 @@ def _workload_figures(
     return out
 
 
+#: (part, figure, quantity): each GPU's figure over the median of its node's other GPUs (workload.E001-E008).
+PEER_FIGURES = (
+    ("matmul", "bf16", "matmul_bf16_peer_ratio"),
+    ("copy", "device_copy", "device_copy_peer_ratio"),
+    ("copy", "h2d_pinned", "h2d_pinned_peer_ratio"),
+    ("copy", "d2h_pinned", "d2h_pinned_peer_ratio"),
+)
+
+
+def _peer_quantities(measured: dict[int, dict[str, dict[str, float]]]) -> dict[int, dict[str, float]]:
+    out: dict[int, dict[str, float]] = {}
+    for part, key, name in PEER_FIGURES:
+        values = {i: f[part][key] for i, f in measured.items() if key in f.get(part, {})}
+        for i, r in peer_ratios(values).items():
+            out.setdefault(i, {})[name] = round(r, 4)
+    return out
+
+
 def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
     """Per-GPU figures of a snapshot: NVML's, XID events by PCI address, and the workload's per-device
     measurements. Only a GPU NVML (or nvidia-smi) listed gets a record: without its UUID nothing can join."""
@@ -285,6 +304,7 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
     nvml_by_bus = {g.pci_bus_id.lower(): g.index for g in n.gpus if isinstance(g.pci_bus_id, str)}
     run = snap.workload
     measured = _workload_figures(run, nvml_by_bus) if isinstance(run, WorkloadRun) else {}
+    peers = _peer_quantities(measured)
     out = []
     for g in sorted(n.gpus, key=lambda g: g.index):
         q = _nvml_quantities(g)
@@ -294,6 +314,7 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
             q["xid_events"] = sum(1 for e in xids if e.pci == bus.lower().rsplit(".", 1)[0])
         w = measured.get(g.index, {})
         q.update(w.get("quantities", {}))
+        q.update(peers.get(g.index, {}))
         out.append(
             GpuRecord(
                 index=g.index,

@@ -66,23 +66,33 @@ def suggested_index(s: Any) -> str:
     n = s.nvml
     driver = n.driver_version if n is not None and n.ok and isinstance(n.driver_version, str) else ""
     if not driver:
-        driver = platform.default_branch(
-            data, platform.os_row_for(data, s.system.os_id, s.system.os_version)[1]
-        )[0]
+        driver = platform.default_branch(data, _os_row(data, s))[0]
     sms = _gpu_sms(s)
     return platform.index_for(data, driver, sms) or platform.index_for(data, "", sms) or "cpu"
 
 
+def _os_row(data: dict, s: Any) -> dict | None:
+    """This node's OS row of the platform data (None when the OS, or the system gatherer's answer, is unknown)."""
+    sysm = s.system
+    return platform.os_row_for(data, sysm.os_id, sysm.os_version)[1] if sysm is not None else None
+
+
 def _driver_fix(s: Any) -> str:
     data = platform.load()
-    row = platform.os_row_for(data, s.system.os_id, s.system.os_version)[1]
+    row = _os_row(data, s)
     archs = [a for a in data["archs"].values() if set(_gpu_sms(s)) & set(a.get("sm", []))]
     newest = platform.branch_to_move_to(data, archs) or data["defaults"]["driver_branch"]
     extra = "gpunode_driver_source: nvidia and " if platform.default_branch(data, row)[1] == "distro" else ""
     return fixes.role_fix(f"{extra}gpunode_driver_branch: {newest}", fixes.DRIVER, "driver")
 
 
-@check("torch.E001", "torch installed in the training Python", weight=10, needs=("torch", "facts"))
+# The hints name a torch index: it comes from the driver (nvml) or the OS's default branch (system).
+@check(
+    "torch.E001",
+    "torch installed in the training Python",
+    weight=10,
+    needs=("torch", "facts", "nvml", "system"),
+)
 def torch_installed(s: Any) -> Outcome:
     t = s.torch
     if t is None:
@@ -99,7 +109,10 @@ def torch_installed(s: Any) -> Outcome:
         return failed(t.error.reason, hint=hint)
     info = t.torch
     where = f"{t.python} ({t.python_source})"
-    if not info.get("installed"):
+    error = str(info.get("error") or "")
+    # An older probe filed every ImportError (an undefined symbol too) under "not installed": only a missing
+    # torch module itself is that.
+    if not info.get("installed") and (not error or "No module named 'torch'" in error):
         return failed(
             f"torch is not installed in {where}",
             hint=fixes.PYTORCH_INSTALL.format(index=suggested_index(s))
@@ -107,7 +120,7 @@ def torch_installed(s: Any) -> Outcome:
         )
     if "version" not in info:
         return failed(
-            f"torch is installed in {where} but does not import: {info.get('error', '?')}",
+            f"torch is installed in {where} but does not import: {error or '?'}"[:600],
             hint=fixes.PYTORCH_INSTALL.format(index=suggested_index(s)),
         )
     return passed(
@@ -116,7 +129,7 @@ def torch_installed(s: Any) -> Outcome:
     )
 
 
-@check("torch.E002", "torch CUDA build vs driver CUDA", weight=10, needs=("torch", "nvml"))
+@check("torch.E002", "torch CUDA build vs driver CUDA", weight=10, needs=("torch", "nvml", "system"))
 def torch_cuda_vs_driver(s: Any) -> Outcome:
     early = _probe_problem(s)
     if early:
@@ -174,7 +187,12 @@ def arch_covered(cap: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
     return best
 
 
-@check("torch.E003", "GPU compute capability in torch's arch list", weight=8, needs=("torch", "nvml"))
+@check(
+    "torch.E003",
+    "GPU compute capability in torch's arch list",
+    weight=8,
+    needs=("torch", "nvml", "system"),
+)
 def arch_list(s: Any) -> Outcome:
     early = _cuda_torch_problem(s)
     if early:
@@ -214,7 +232,7 @@ def arch_list(s: Any) -> Outcome:
     return passed(f"{kw['value']} covered by torch's arch list", **kw)
 
 
-@check("torch.E004", "torch.cuda.is_available()", weight=10, needs=("torch", "nvml"))
+@check("torch.E004", "torch.cuda.is_available()", weight=10, needs=("torch", "nvml", "system"))
 def cuda_available(s: Any) -> Outcome:
     early = _probe_problem(s)
     if early:
@@ -257,7 +275,7 @@ def cuda_available(s: Any) -> Outcome:
     )
 
 
-@check("torch.E005", "cuDNN and NCCL in torch", weight=3, needs=("torch", "nvml"))
+@check("torch.E005", "cuDNN and NCCL in torch", weight=3, needs=("torch", "nvml", "system"))
 def cudnn_nccl(s: Any) -> Outcome:
     early = _cuda_torch_problem(s)
     if early:

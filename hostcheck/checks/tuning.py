@@ -112,6 +112,46 @@ def loaded_allocator(s: Any) -> tuple[str | None, str]:
     return None, ""
 
 
+def _allocator_named(entry: str) -> str | None:
+    base = entry.rsplit("/", 1)[-1]
+    return next((k for k in ("jemalloc", "tcmalloc") if k in base), None)
+
+
+def broken_preloads(s: Any) -> list[tuple[str, str]]:
+    """(entry, why) for each LD_PRELOAD entry of the training environment that did not load: ld.so skips a
+    library it cannot open with only a warning, and the job runs without it."""
+    rows = s.torch.data.get("preload")
+    if isinstance(rows, list):
+        return [
+            (str(r.get("entry"))[:300], "does not exist" if r.get("exists") is False else "did not load")
+            for r in rows
+            if isinstance(r, dict) and r.get("loaded") is False
+        ]
+    # A probe from before the per-entry list: an allocator named in LD_PRELOAD but not mapped did not load.
+    entries = str(s.torch.env.get("LD_PRELOAD") or "").replace(":", " ").split()
+    loaded, _ = loaded_allocator(s)
+    return [
+        (e[:300], "did not load")
+        for e in entries
+        if _allocator_named(e) and _allocator_named(e) != loaded and not s.torch.maps.get(_allocator_named(e))
+    ]
+
+
+def _preload_fix(s: Any, broken: list[tuple[str, str]]) -> str:
+    installed = {k: v for k, v in (s.tuning.allocator_libs or {}).items() if v}
+    where = [
+        f"{kind} is installed at {installed[kind][0]}"
+        for kind in dict.fromkeys(_allocator_named(e) for e, _ in broken)
+        if kind and installed.get(kind)
+    ]
+    return (
+        f"fix the path in {s.env_file}"
+        + (f" ({'; '.join(where)})" if where else "")
+        + " or remove the entry; "
+        + fixes.rerun(fixes.TUNING, "allocator")
+    )
+
+
 @check(
     "tuning.E002",
     "Allocator loaded by the training environment",
@@ -129,6 +169,16 @@ def allocator(s: Any) -> Outcome:
     conf = env.get("MALLOC_CONF", "")
     installed = {k: v for k, v in (s.tuning.allocator_libs or {}).items() if v}
     value = loaded or "glibc"
+    broken = broken_preloads(s)
+    if broken:  # whatever the fact says: a preload that names a missing file is a mistake
+        return failed(
+            f"LD_PRELOAD in the training environment ({s.env_file}) names "
+            + ", ".join(f"{e} ({why})" for e, why in broken)
+            + ": ld.so skips it with only a warning and the job runs without it",
+            value=value,
+            expected="every LD_PRELOAD entry loaded",
+            hint=_preload_fix(s, broken),
+        )
     kw: dict[str, Any] = {"value": value, "expected": intent or "tcmalloc"}
     if intent == "none":
         if loaded:

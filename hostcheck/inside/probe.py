@@ -49,6 +49,23 @@ def maps():
     return sorted(paths)
 
 
+def preload_info(paths):
+    """Each LD_PRELOAD entry (ld.so(8): separated by spaces or colons), whether that file exists and whether it
+    is among the mapped ``paths``: ld.so skips one it cannot load with only a warning on stderr."""
+    names = {os.path.basename(p) for p in paths}
+    real = {os.path.realpath(p) for p in paths}
+    out = []
+    for entry in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()[:32]:
+        if "/" in entry:
+            exists = os.path.exists(entry)
+            loaded = os.path.realpath(entry) in real or os.path.basename(entry) in names
+        else:  # a bare name is looked up in the library path: only the mapping can tell
+            exists = None
+            loaded = any(n == entry or n.startswith(entry + ".") for n in names)
+        out.append({"entry": entry[:512], "exists": exists, "loaded": loaded})
+    return out
+
+
 OPENMP_LIBS = ("libgomp", "libiomp", "libomp")
 
 
@@ -178,11 +195,14 @@ def _torch(out):
     t0 = time.monotonic()
     try:
         import torch
-    except ImportError as exc:
-        out["torch"] = {"installed": False, "error": str(exc)}
+    except ModuleNotFoundError as exc:
+        if exc.name == "torch":  # no torch at all; a missing dependency of torch is a broken install
+            out["torch"] = {"installed": False, "error": str(exc)}
+            return
+        out["torch"] = {"installed": True, "error": f"{type(exc).__name__}: {exc}"[:1000]}
         return
-    except Exception as exc:
-        out["torch"] = {"installed": True, "error": f"import failed: {type(exc).__name__}: {exc}"}
+    except Exception as exc:  # ImportError: undefined symbol, a wrong libcudart, ...: keep the text
+        out["torch"] = {"installed": True, "error": f"{type(exc).__name__}: {exc}"[:1000]}
         return
     info = {"installed": True, "import_s": round(time.monotonic() - t0, 3)}
     info["version"] = torch.__version__
@@ -246,6 +266,7 @@ def main():
         "tcmalloc": [p for p in mapped if "tcmalloc" in os.path.basename(p)],
         "openmp": openmp_libs(mapped),
     }
+    out["preload"] = preload_info(mapped)
     try:
         import ctypes
 

@@ -238,7 +238,8 @@ def probe_matmul(args: dict) -> dict:
     torch = _torch()
     devs = _devices(torch, args.get("device", "cuda"), args.get("gpus"))
     cpu = devs[0].type == "cpu"
-    n = int(args.get("n", 256 if cpu else 4096))
+    # gpu_n: the profile's size for a GPU (hostcheck.profiles.workload_args); the CPU path keeps its tiny one.
+    n = int(args.get("n", 256 if cpu else args.get("gpu_n", 4096)))
     dtypes = args.get("dtypes") or (("fp32", "bf16") if cpu else MATMUL_DTYPES)
     warmup_s = float(args.get("warmup_s", 0.05 if cpu else 0.3))
     measure_s = float(args.get("measure_s", 0.1 if cpu else 0.25))
@@ -653,17 +654,9 @@ def _ddp_step(torch, dist, device, rank: int, local_rank: int, out: dict) -> Non
     dist.barrier()  # every rank's reducer work is done before the DDP objects go
 
 
-def _allreduce_bw(torch, dist, device, world: int, args: dict, out: dict) -> None:
-    """all_reduce bandwidth of the slowest rank: algbw and busbw = algbw x 2(n-1)/n into ``out``."""
-    if world < 2:
-        # NCCL's one-rank all_reduce in place is a no-op: timing it would report an absurd "bandwidth".
-        out["bw_skipped"] = "world size 1: all_reduce moves no data"
-        return
-    # all_reduce bandwidth at a size that means something (256 MiB on GPUs, small on gloo).
-    nbytes = int(args.get("bw_bytes", 256 * MIB if device.type == "cuda" else 4 * MIB))
-    iters = int(args.get("bw_iters", 20 if device.type == "cuda" else 3))
-    buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    for _ in range(2):
+def _allreduce_time(torch, dist, device, buf, iters: int, warmup: int = 2) -> float:
+    """Seconds per all_reduce of ``buf`` on the slowest rank (every rank gets the same figure)."""
+    for _ in range(warmup):
         dist.all_reduce(buf)
     _sync(torch, device)
     dist.barrier()
@@ -683,14 +676,70 @@ def _allreduce_bw(torch, dist, device, world: int, args: dict, out: dict) -> Non
         per = (time.perf_counter() - t1) / iters
     slowest = torch.tensor([per], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    per = float(slowest)
-    algbw = nbytes / per / 1e9
-    out["bw_bytes"] = nbytes
-    out["bw_iters"] = iters
-    out["allreduce_s"] = per
-    out["algbw_gbs"] = algbw
-    out["busbw_gbs"] = algbw * 2.0 * (world - 1) / world
-    del buf
+    return float(slowest)
+
+
+#: The algorithm bandwidth a healthy 8 x H100 node reaches at large messages, about 275 GB/s (NVIDIA's NCCL
+#: maintainer on NVIDIA/nccl-tests#212): the message size is the largest whose timed operations fit the budget
+#: at that rate, so a slow node is measured at the same size as a healthy one, only with fewer operations.
+NOMINAL_ALGBW = 275e9
+#: A small message measured beside the large one, for the record: it shows how far from the plateau it is.
+SMALL_MESSAGE = 256 * MIB
+
+
+def allreduce_bytes(budget_s: float, most: int, iters: int, first: int = MIB) -> int:
+    """The largest power of two from ``first`` up to ``most`` whose ``iters`` operations take at most
+    ``budget_s`` at NOMINAL_ALGBW (at least ``first``, at most ``most``)."""
+    nbytes = max(1, min(first, most))
+    while nbytes * 2 <= most and nbytes * 2 * iters / NOMINAL_ALGBW <= budget_s:
+        nbytes *= 2
+    return nbytes
+
+
+def _allreduce_bw(torch, dist, device, world: int, args: dict, out: dict) -> None:
+    """all_reduce bandwidth of the slowest rank into ``out``: algbw and busbw = algbw x 2(n-1)/n at the largest
+    message the time budget ``bw_budget_s`` allows (allreduce_bytes, up to ``bw_max_bytes``, capped at a quarter
+    of the GPU's memory), and at 256 MiB beside it, both in ``bw_sweep``; ``bw_bytes`` measures that one size.
+    The number of timed operations adapts to the measured time, so a slow node stays within the budget.
+    Large messages reach the plateau that the per-SKU lines are set at (NVIDIA/nccl-tests#212)."""
+    if world < 2:
+        # NCCL's one-rank all_reduce in place is a no-op: timing it would report an absurd "bandwidth".
+        out["bw_skipped"] = "world size 1: all_reduce moves no data"
+        return
+    cuda = device.type == "cuda"
+    iters = int(args.get("bw_iters", 20 if cuda else 3))
+    budget = float(args.get("bw_budget_s", 2.0 if cuda else 0.5))
+    if "bw_bytes" in args:
+        sizes = [int(args["bw_bytes"])]
+    else:
+        most = int(args.get("bw_max_bytes", 16 * GIB if cuda else 4 * MIB))
+        if cuda:
+            most = min(most, torch.cuda.get_device_properties(device).total_memory // 4)
+        else:  # gloo over host memory: the code path, not a figure anyone judges
+            most = min(most, 64 * MIB)
+        target = allreduce_bytes(budget, most, iters)
+        sizes = sorted({min(SMALL_MESSAGE, target), target})
+    sweep = []
+    for nbytes in sizes:
+        share = budget * (0.9 if nbytes == sizes[-1] else 0.1)
+        buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        one = _allreduce_time(torch, dist, device, buf, 1)
+        n = max(1, min(iters, int(share / one) if one > 0 else iters))
+        per = _allreduce_time(torch, dist, device, buf, n, warmup=0) if n > 1 else one
+        del buf
+        if cuda:
+            torch.cuda.empty_cache()
+        algbw = nbytes / per / 1e9
+        busbw = algbw * 2.0 * (world - 1) / world
+        sweep.append({"bytes": nbytes, "iters": n, "s": per, "algbw_gbs": algbw, "busbw_gbs": busbw})
+    last = sweep[-1]
+    out["bw_bytes"] = last["bytes"]
+    out["bw_iters"] = last["iters"]
+    out["allreduce_s"] = last["s"]
+    out["algbw_gbs"] = last["algbw_gbs"]
+    out["busbw_gbs"] = last["busbw_gbs"]
+    out["bw_sweep"] = sweep
+    out["bw_budget_s"] = budget
     dist.barrier()
 
 

@@ -96,6 +96,10 @@ GPU_QUANTITIES: dict[str, tuple[str, dict[str, str]]] = {
     "burn_median_flops_per_second": ("hostcheck_gpu_burn_flops_per_second", {"stat": "median"}),
     "burn_min_flops_per_second": ("hostcheck_gpu_burn_flops_per_second", {"stat": "min"}),
     "burn_result_mismatches": ("hostcheck_gpu_burn_result_mismatches", {}),
+    "matmul_bf16_peer_ratio": ("hostcheck_gpu_peer_ratio", {"figure": "matmul_bf16"}),
+    "device_copy_peer_ratio": ("hostcheck_gpu_peer_ratio", {"figure": "device_copy"}),
+    "h2d_pinned_peer_ratio": ("hostcheck_gpu_peer_ratio", {"figure": "h2d_pinned"}),
+    "d2h_pinned_peer_ratio": ("hostcheck_gpu_peer_ratio", {"figure": "d2h_pinned"}),
 }
 
 HELP = {
@@ -131,6 +135,14 @@ HELP = {
     "hostcheck_gpu_xid_events": "XID events of this GPU in the kernel log window hostcheck read.",
     "hostcheck_gpu_burn_flops_per_second": "Burn-in bf16 matmul throughput per window, median and minimum.",
     "hostcheck_gpu_burn_result_mismatches": "Burn-in windows whose repeated product changed (a hardware fault).",
+    "hostcheck_fleet_peer_tolerance": "hostcheck fleet: fleet_peer_tolerance, the fraction below the fleet median "
+    "that flags a node.",
+    "hostcheck_fleet_peer_outliers": "hostcheck fleet: node figures more than the tolerance below their group's "
+    "fleet median.",
+    "hostcheck_fleet_peer_ratio": "hostcheck fleet: a flagged node's figure over the median of the other nodes "
+    "with the same GPU model (and GPU count for all_reduce).",
+    "hostcheck_gpu_peer_ratio": "A workload figure over the median of the node's other GPUs (1: like its peers; "
+    "below 1 - gpu_peer_tolerance fails).",
     "hostcheck_gpu_matmul_flops_per_second": "Workload matmul throughput, by dtype.",
     "hostcheck_gpu_copy_bytes_per_second": "Workload copy bandwidth: host<->device pinned/pageable, device copy.",
 }

@@ -731,6 +731,37 @@ def _env_omp(value: str) -> Callable[[Ctx], Run]:
     return build
 
 
+def _env_preload_missing(c: Ctx) -> Run:
+    """A preload of a file that does not exist fails tuning.E002 (ld.so only warns and runs without it)."""
+    c.env_file.write_text("LD_PRELOAD=/nonexistent/libtcmalloc.so.4\n")
+
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "tuning.E002")
+        assert status == "fail" and "/nonexistent/libtcmalloc.so.4 (does not exist)" in message, message
+
+    return Run(c.base(json_out=True), JUDGED, check=check)
+
+
+def _fleet_hostile_figures(c: Ctx) -> Run:
+    """Reports whose GPU figures are NaN, huge, negative, text or nested: the fleet comparison leaves them out."""
+    nodes = c.root / "fleetin"
+    nodes.mkdir()
+    gpus = [
+        {"name": "NVIDIA H100 80GB HBM3", "matmul_flops_per_second": {"bf16": v}, "copy_bytes_per_second": v}
+        for v in (float("nan"), 1e308, -5, "fast", {"x": [1]}, 10**400)
+    ]
+    for i, g in enumerate(gpus):
+        check = {"id": "workload.E013", "status": "pass", "value": g["matmul_flops_per_second"]["bf16"]}
+        doc = {"checks": [check], "score": {"value": 100, "ready": True}, "gpus": [g] * 8}
+        # json.dumps writes NaN and a 400-digit integer as Python's json reads them back.
+        (nodes / f"n{i}.json").write_text(json.dumps(doc))
+
+    def check(o: Outcome) -> None:
+        assert "slower than their fleet peers" not in o.out, o.out
+
+    return Run(["fleet", str(nodes), "--out", c.p("fleetout")], (0,), reports=("fleetout",), check=check)
+
+
 def _env_fifo(c: Ctx) -> Run:
     c.env_file.unlink()
     os.mkfifo(c.env_file)
@@ -957,7 +988,7 @@ ATTACKS = [
     ),
     A("envfile-bad-utf8", _envfile(b"OMP_NUM_THREADS=\xff\xfe\nMALLOC_CONF=\xc3\x28\n")),
     A("envfile-pythonhome-breaks-the-probe", _envfile("PYTHONHOME=/nonexistent\nPYTHONPATH=/nonexistent\n")),
-    A("envfile-ld-preload-missing-library", _envfile("LD_PRELOAD=/nonexistent/libtcmalloc.so.4\n")),
+    A("envfile-ld-preload-missing-library", _env_preload_missing),
     A("envfile-fifo", _env_fifo),
     A("envfile-a-folder", _env_folder),
     A("envfile-missing", _env_missing),
@@ -1040,6 +1071,7 @@ ATTACKS = [
         "cli-fleet-unknown-flag",
         lambda c: Run(["fleet", "--frobnicate"], USAGE, needle="hostcheck fleet: error:"),
     ),
+    A("fleet-hostile-peer-figures", _fleet_hostile_figures),
     A(
         "cli-check-option-before-subcommand",
         lambda c: Run(["--quick", "bench"], USAGE, needle="given before 'bench'"),

@@ -215,14 +215,15 @@ def test_no_allocator_without_facts_is_the_measured_default():
     assert results["tuning.E002"].value == "glibc"
 
 
-def test_preload_that_loads_nothing_warns_without_facts():
+def test_preload_that_loads_nothing_fails_without_facts():
+    # A preload that loads nothing is a broken path whatever the facts say (it used to warn).
     facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
     probe = S.h100_probe(
         env={"LD_PRELOAD": "/nope/libtcmalloc.so.4"}, maps={"jemalloc": [], "tcmalloc": []}, symbols={}
     )
     results, _ = judge(S.make_snapshot(probe=probe, facts=facts))
     r = results["tuning.E002"]
-    assert r.status == Status.WARN and "did not load" in r.message
+    assert r.status == Status.FAIL and "did not load" in r.message
 
 
 def test_allocator_installed_but_not_preloaded():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, verdict_or_skip, workload_check
 from hostcheck.gather.workload import WorkloadRun, suite_section
@@ -23,6 +24,26 @@ _HINT_MATMUL = (
 _HINT_COPY = (
     "check for throttling and other processes on the GPU; compare nvidia-smi -q -d CLOCK memory clocks"
 )
+
+
+def _tolerance(config: Any) -> float:
+    t = getattr(config, "thresholds", None)
+    return float(getattr(t, "gpu_peer_tolerance", 0.1))
+
+
+def _peers(by_gpu: dict, details: list[str], lines: dict, unit: str, config: Any) -> list[str]:
+    """Fail statuses for the GPUs more than the tolerance below their node's other GPUs, whatever their SKU's
+    line says (DCGM's and gpu-fryer's peer rule); each one's detail line (``lines``: GPU -> position in
+    ``details``) says how far below."""
+    tol = _tolerance(config)
+    slow = P.below_peers(by_gpu, tol)
+    for i, r in slow.items():
+        said = P.peer_detail(by_gpu[i], r, unit, tol)
+        if i in lines:
+            details[lines[i]] += f"; {said}"
+        else:
+            details.append(f"GPU {i}: {by_gpu[i]:.4g} {unit} = {said}")
+    return [J.FAIL] * len(slow)
 
 
 def _precision_env(run: WorkloadRun) -> str:
@@ -44,6 +65,8 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         return _f(J.SKIP, msg, value=v, unit="TFLOP/s")
     statuses, details, values, expected = [], [], [], None
     errors = []
+    by_gpu: dict = {}
+    lines: dict = {}
     for row in rows:
         m = (row.get("dtypes") or {}).get(dt) or {}
         name = row.get("name")
@@ -55,22 +78,28 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         if v is None:
             continue
         values.append(v)
+        by_gpu[row.get("index")] = v
+        lines[row.get("index")] = len(details)
         if m.get("finite") is False:
             statuses.append(J.FAIL)
             details.append(f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s but the result is not finite")
             continue
         fig = S.matmul_figure(name, dt, config)
         st, frac = J.judge_fraction(v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False)
+        st, note = J.on_plateau(st, "matmul_n", m.get("n"))
         statuses.append(st)
         if fig:
             expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} achievable, {fig.basis})"
             details.append(
                 f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({fig.source})"
+                + note
             )
         else:
             details.append(
                 f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s (no reference for this SKU/dtype)"
             )
+    slow = _peers(by_gpu, details, lines, "TFLOP/s", config)
+    statuses += slow
     status = verdict_or_skip(statuses)
     worst_v = min(values) if values else None
     if errors and not values:
@@ -83,6 +112,8 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         )
     else:
         msg = f"{dt} matmul {worst_v:.1f} TFLOP/s on the slowest GPU ({len(values)} measured)"
+    if slow:
+        msg += f"; {len(slow)} GPU(s) more than {_tolerance(config):.0%} below their peers' median"
     hint = _HINT_MATMUL if status in (J.WARN, J.FAIL) else None
     forced = _precision_env(run)
     if hint and forced and dt in ("tf32", "fp32"):
@@ -158,11 +189,13 @@ def _bandwidth_rows(run: WorkloadRun, on_gpu: bool) -> tuple[list[dict], Outcome
     return data.get("gpus") or [], None
 
 
-def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str) -> Outcome:
+def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = None) -> Outcome:
     rows, early = _bandwidth_rows(run, on_gpu)
     if early is not None:
         return early
     statuses, details, values = [], [], []
+    by_gpu: dict = {}
+    lines: dict = {}
     hint, expected = None, None
     for row in rows:
         m = row.get(key) or {}
@@ -175,18 +208,27 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str) -> Outcome:
         if v is None:
             continue
         values.append(v)
+        by_gpu[row.get("index")] = v
+        lines[row.get("index")] = len(details)
         theo, ach = _link_rates(gpu)
         st, _ = J.judge_fraction(v, ach)
+        st, note = J.on_plateau(st, "pinned_bytes", m.get("bytes"))
         statuses.append(st)
         if ach and theo:
             expected = f">= {J.PASS_FRACTION * ach:.1f} (90% of {ach:.1f} = 0.85 x {theo:.1f} theoretical)"
             details.append(
                 f"GPU {row.get('index')}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
+                + note
             )
             if st in (J.WARN, J.FAIL) and hint is None:
                 hint = _pcie_hint(gpu)
         else:
             details.append(f"GPU {row.get('index')}: {v:.1f} GB/s (PCIe link unknown: no verdict)")
+    slow = _peers(by_gpu, details, lines, "GB/s", config)
+    statuses += slow
+    if slow and hint is None:
+        first = next(iter(P.below_peers(by_gpu, _tolerance(config))))
+        hint = _pcie_hint(gpu_for(gpus, first))
     status = verdict_or_skip(statuses)
     worst_v = min(values) if values else None
     what = "host-to-device" if key.startswith("h2d") else "device-to-host"
@@ -196,17 +238,19 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str) -> Outcome:
         msg = f"{what} pinned {worst_v:.1f} GB/s; PCIe link unknown (NVML), no verdict"
     else:
         msg = f"{what} pinned {worst_v:.1f} GB/s on the slowest GPU"
+    if slow:
+        msg += f"; {len(slow)} GPU(s) more than {_tolerance(config):.0%} below their peers' median"
     return _f(status, msg, value=worst_v, unit="GB/s", expected=expected, hint=hint, details=tuple(details))
 
 
-@workload_check("workload.E005", "Host-to-device bandwidth, pinned", 1.0, "bandwidth")
-def h2d_pinned(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
-    return _pinned(run, gpus, on_gpu, "h2d_pinned")
+@workload_check("workload.E005", "Host-to-device bandwidth, pinned", 1.0, "bandwidth", reads_config=True)
+def h2d_pinned(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    return _pinned(run, gpus, on_gpu, "h2d_pinned", config)
 
 
-@workload_check("workload.E006", "Device-to-host bandwidth, pinned", 1.0, "bandwidth")
-def d2h_pinned(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
-    return _pinned(run, gpus, on_gpu, "d2h_pinned")
+@workload_check("workload.E006", "Device-to-host bandwidth, pinned", 1.0, "bandwidth", reads_config=True)
+def d2h_pinned(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    return _pinned(run, gpus, on_gpu, "d2h_pinned", config)
 
 
 @workload_check("workload.E007", "Host<->device bandwidth, pageable", 0.5, "bandwidth")
@@ -256,6 +300,8 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
     if early is not None:
         return early
     statuses, details, values, expected = [], [], [], None
+    by_gpu: dict = {}
+    lines: dict = {}
     for row in rows:
         m = row.get("device_copy") or {}
         if "error" in m:
@@ -266,21 +312,29 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
         if v is None:
             continue
         values.append(v)
+        by_gpu[row.get("index")] = v
+        lines[row.get("index")] = len(details)
         fig = S.copy_figure(row.get("name"), config)
         st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE))
+        st, note = J.on_plateau(st, "device_copy_bytes", m.get("bytes"))
         statuses.append(st)
         if fig:
             expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} GB/s, {fig.basis})"
             details.append(
-                f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s = {frac:.0%} ({fig.source})"
+                f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s = {frac:.0%} ({fig.source})" + note
             )
         else:
             details.append(f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s (unknown SKU)")
+    slow = _peers(by_gpu, details, lines, "GB/s", config)
+    statuses += slow
     status = verdict_or_skip(statuses)
     worst_v = min(values) if values else None
+    msg = f"device copy {worst_v:.0f} GB/s (read + write) on the slowest GPU" if worst_v else "not measured"
+    if slow:
+        msg += f"; {len(slow)} GPU(s) more than {_tolerance(config):.0%} below their peers' median"
     return _f(
         status,
-        f"device copy {worst_v:.0f} GB/s (read + write) on the slowest GPU" if worst_v else "not measured",
+        msg,
         value=worst_v,
         unit="GB/s",
         expected=expected,

@@ -11,7 +11,12 @@ Thresholds and where they come from:
   pinned figure is 0.85 x theoretical and the pass line 0.90 x 0.85 = 0.765 x theoretical = 48.2 GB/s on
   gen5 x16, which is Azure HPC health checks' H100 host<->device floor of 48 GB/s (Azure/azurehpc-health-checks).
 - all_reduce bus bandwidth: fail below Meta GCM's critical NCCL floor (180 GB/s with NVLink, 18 GB/s
-  without), warn within 1.05 x of it (Azure HPC health checks' warn band, 1.0-1.05x).
+  without), warn within 1.05 x of it (Azure HPC health checks' warn band, 1.0-1.05x). Where gpu_skus.json has a
+  line for the SKU and GPU count (Azure's per-SKU checks: 8 x H100 460 GB/s at 16 GiB), below it fails when the
+  message was at least the line's size, and warns otherwise.
+- Plateau sizes (PLATEAU): a line is the figure of a measurement large enough to reach the plateau; a fail
+  measured below matmul n = 4096 (the reference H100 read 98% of its 8192^3 figure there), a 64 MiB pinned copy
+  or a 256 MiB device copy is only a warning (our own sizes: they can only soften a verdict).
 - AMP speedup: our own rule, from the reference H100 (CNN 3.1x fp16 + channels_last, transformer 6.1x
   bf16): below 1.0x fails (AMP is slower), below 1.3x warns, else passes.
 """
@@ -91,6 +96,25 @@ def judge_fraction(measured: float | None, achievable: float | None, estimate: b
     return status, frac
 
 
+#: The sizes from which a measurement is on its plateau, so that a fail against a line means the GPU: the
+#: reference H100 read 766 TFLOP/s at 4096^3 and 780 at 8192^3 (98%), and the copies' lines were measured at
+#: 256 MiB (pinned) and 1 GiB (device copy). hostcheck's own figures: below them a fail is only a warning.
+PLATEAU = {"matmul_n": 4096, "pinned_bytes": 64 << 20, "device_copy_bytes": 256 << 20}
+
+
+def on_plateau(status: str | None, kind: str, size) -> tuple[str | None, str]:
+    """(status, note): a fail measured below ``kind``'s plateau size (PLATEAU) becomes a warning, with a note
+    saying so; a size that is not recorded counts as on the plateau (the probe's defaults are)."""
+    least = PLATEAU[kind]
+    if status != FAIL or not isinstance(size, int) or isinstance(size, bool) or size >= least:
+        return status, ""
+    what = f"n = {size}" if kind == "matmul_n" else f"{size / 2**20:g} MiB"
+    return (
+        WARN,
+        f" ({what} is below the {least if kind == 'matmul_n' else least >> 20} the line needs: a warning only)",
+    )
+
+
 def busbw(algbw: float, n: int) -> float:
     """all_reduce bus bandwidth from algorithm bandwidth: algbw x 2(n-1)/n (nccl-tests' convention)."""
     if n < 1:
@@ -133,6 +157,30 @@ def busbw_status(value: float | None, n: int, nvlink: bool | None) -> str | None
     if value < floor * BUSBW_WARN_BAND:
         return WARN
     return PASS
+
+
+def allreduce_status(
+    value: float | None,
+    nbytes: int | None,
+    floor: float | None,
+    line_gbs: float | None = None,
+    line_bytes: int = 0,
+    line_can_fail: bool = False,
+) -> str | None:
+    """Verdict on an all_reduce busbw (GB/s) against the interconnect's floor and, where the data has one, the
+    SKU's line for this GPU count. Below the line fails only for a message at least as large as the line's
+    (a smaller one does not reach the plateau: NVIDIA/nccl-tests#212) and a line with a public source;
+    otherwise it warns. None when there is nothing to judge."""
+    if value is None or (floor is None and line_gbs is None):
+        return None
+    if floor is not None and value < floor:
+        return FAIL
+    if line_gbs is not None:
+        if value < line_gbs:
+            return FAIL if line_can_fail and nbytes is not None and nbytes >= line_bytes else WARN
+        # No warn band over the line: 8 x H100's healthy peak (about 480) is within 1.05 x Azure's 460.
+        return PASS
+    return WARN if floor is not None and value < floor * BUSBW_WARN_BAND else PASS
 
 
 def amp_speedup_status(speedup: float | None) -> str | None:

@@ -177,6 +177,74 @@ def _load(path: Path) -> tuple[dict[str, float], float, tuple[tuple[str, Sku], .
 EFF, EFF_COPY, SKUS = _load(DATA_PATH)
 
 
+@dataclass(frozen=True)
+class AllReduceLine:
+    """workload.E013's line for one SKU and GPU count: busbw GB/s at a message of ``bytes`` or more."""
+
+    sku: str
+    gpus: int
+    busbw_gbs: float
+    bytes: int
+    basis: str  # "public" (can fail) or "own" (warns only)
+    source: str
+
+
+def _allreduce(path: Path, keys: set[str]) -> dict[tuple[str, int], AllReduceLine]:
+    """The data file's all_reduce lines by (SKU key, GPU count); ValueError naming the row."""
+    try:
+        block = json.loads(path.read_text()).get("allreduce") or {"rows": []}
+        _need(
+            isinstance(block, dict) and isinstance(block.get("rows"), list),
+            "allreduce",
+            "an object with rows",
+        )
+        out: dict[tuple[str, int], AllReduceLine] = {}
+        for i, row in enumerate(block["rows"]):
+            where = f"allreduce.rows[{i}]"
+            _need(isinstance(row, dict), where, "a row is an object")
+            _need(row.get("sku") in keys, where, f"sku must be a key of skus, not {row.get('sku')!r}")
+            g = row.get("gpus")
+            _need(
+                isinstance(g, int) and not isinstance(g, bool) and g >= 2,
+                where,
+                "gpus must be an integer >= 2",
+            )
+            _need(_positive(row.get("busbw_gbs")), where, "busbw_gbs must be a positive number")
+            b = row.get("bytes")
+            _need(
+                isinstance(b, int) and not isinstance(b, bool) and b > 0,
+                where,
+                "bytes must be a positive integer",
+            )
+            _need(row.get("basis") in ("public", "own"), where, "basis must be public or own")
+            _need(
+                _text(row.get("source")) and _text(row.get("why")),
+                where,
+                "source and why must say where and why",
+            )
+            _need(
+                row["basis"] != "public" or str(row["source"]).startswith("https://"),
+                where,
+                "a public line names its public source (https://...)",
+            )
+            key = (row["sku"], g)
+            _need(key not in out, where, "duplicate SKU and GPU count")
+            out[key] = AllReduceLine(row["sku"], g, float(row["busbw_gbs"]), b, row["basis"], row["source"])
+    except (AttributeError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    return out
+
+
+#: (SKU key, GPU count) -> the all_reduce line (workload.E013); only the rows the data file names.
+ALLREDUCE = _allreduce(DATA_PATH, {s.key for _, s in SKUS})
+
+
+def allreduce_line(name: str | None, gpus: int) -> AllReduceLine | None:
+    """The all_reduce line for ``gpus`` GPUs named ``name`` in one node, or None (no row: never extrapolated)."""
+    sku = lookup(name)
+    return ALLREDUCE.get((sku.key, gpus)) if sku is not None else None
+
+
 def lookup(name: str | None) -> Sku | None:
     """The built-in SKU entry for a device name from NVML or torch, or None when unknown (no verdict)."""
     if not name or not isinstance(name, str):
