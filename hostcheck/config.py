@@ -119,6 +119,17 @@ class SlurmSettings:
     scontrol: str = "scontrol"
 
 
+_DEFAULT_XID: XidPolicy | None = None
+
+
+def default_xid_policy() -> XidPolicy:
+    """The shipped XID policy (hostcheck/data/xid.json: every row with its public source)."""
+    global _DEFAULT_XID
+    if _DEFAULT_XID is None:
+        _DEFAULT_XID = _xid_from_data(XID_DATA)
+    return _DEFAULT_XID
+
+
 @dataclass(frozen=True)
 class Config:
     path: str | None = None
@@ -129,21 +140,10 @@ class Config:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
-    xid: XidPolicy = field(default_factory=lambda: default_xid_policy())
+    xid: XidPolicy = field(default_factory=default_xid_policy)
     gpu_models: tuple[GpuModel, ...] = ()
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     prometheus: str | None = None
-
-
-_DEFAULT_XID: XidPolicy | None = None
-
-
-def default_xid_policy() -> XidPolicy:
-    """The shipped XID policy (hostcheck/data/xid.json: every row with its public source)."""
-    global _DEFAULT_XID
-    if _DEFAULT_XID is None:
-        _DEFAULT_XID = _xid_from_data(XID_DATA)
-    return _DEFAULT_XID
 
 
 def _xid_from_data(path: Path) -> XidPolicy:

@@ -37,13 +37,17 @@ done
 
 shm_bytes=$(stat -f -c '%S %b' /dev/shm 2>/dev/null | awk '{print $1 * $2}')
 
-gov_files=$(ls /sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor 2>/dev/null)
-gov_present=false; gov_writable=false; gov_current=""; gov_available=""
-if [ -n "$gov_files" ]; then
+gov_present=false; gov_writable=false; gov_current=""; gov_available=""; first=""
+for f in /sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor; do
+  [ -e "$f" ] || continue
+  [ -n "$first" ] || first=$f
+  gov_current="$gov_current$(cat "$f" 2>/dev/null)
+"
+done
+if [ -n "$first" ]; then
   gov_present=true
-  first=$(echo "$gov_files" | head -n1)
   [ -w "$first" ] && gov_writable=true
-  gov_current=$(cat $gov_files | sort -u | tr '\n' ' ')
+  gov_current=$(printf '%s' "$gov_current" | sort -u | tr '\n' ' ')
   gov_available=$(cat "${first%/*}/scaling_available_governors" 2>/dev/null)
 fi
 
