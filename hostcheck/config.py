@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,9 +183,16 @@ def load(path: str | None, explicit: bool) -> Config:
     except OSError as exc:
         raise ConfigError(path, "", f"cannot read it ({exc.strerror or exc})") from None
     try:
-        import tomllib  # Python 3.11+
-    except ImportError:  # pragma: no cover - Python 3.9/3.10
-        raise ConfigError(path, "", "reading TOML needs Python 3.11 or later (tomllib)") from None
+        import tomllib  # Python 3.11+; the rest of hostcheck runs on 3.9 (pyproject.toml's requires-python)
+    except ImportError:
+        # Judging with the defaults in place of the site's file could call a node ready that the file says is
+        # not: a usage error that says what to do, never a silent fallback.
+        raise ConfigError(
+            path,
+            "",
+            f"reading it needs Python 3.11 or later (tomllib), this is {sys.version_info[0]}.{sys.version_info[1]}: run hostcheck "
+            "with a newer Python (gpunode_health's venv has one), or name another file with --config",
+        ) from None
     try:
         doc = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
