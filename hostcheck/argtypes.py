@@ -37,7 +37,7 @@ def duration(text: str) -> float:
 
 def positive(text: str) -> float:
     """A rate or size: finite and above 0."""
-    value = _number(text)
-    if not value > 0:
+    value = _number(text)  # finite: never NaN
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a number above 0")
     return value

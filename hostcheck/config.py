@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,17 @@ class SlurmSettings:
     scontrol: str = "scontrol"
 
 
+_DEFAULT_XID: XidPolicy | None = None
+
+
+def default_xid_policy() -> XidPolicy:
+    """The shipped XID policy (hostcheck/data/xid.json: every row with its public source)."""
+    global _DEFAULT_XID
+    if _DEFAULT_XID is None:
+        _DEFAULT_XID = _xid_from_data(XID_DATA)
+    return _DEFAULT_XID
+
+
 @dataclass(frozen=True)
 class Config:
     path: str | None = None
@@ -135,21 +147,10 @@ class Config:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
-    xid: XidPolicy = field(default_factory=lambda: default_xid_policy())
+    xid: XidPolicy = field(default_factory=default_xid_policy)
     gpu_models: tuple[GpuModel, ...] = ()
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     prometheus: str | None = None
-
-
-_DEFAULT_XID: XidPolicy | None = None
-
-
-def default_xid_policy() -> XidPolicy:
-    """The shipped XID policy (hostcheck/data/xid.json: every row with its public source)."""
-    global _DEFAULT_XID
-    if _DEFAULT_XID is None:
-        _DEFAULT_XID = _xid_from_data(XID_DATA)
-    return _DEFAULT_XID
 
 
 def _xid_from_data(path: Path) -> XidPolicy:
@@ -188,9 +189,16 @@ def load(path: str | None, explicit: bool) -> Config:
     except infile.ReadError as exc:
         raise ConfigError(path, "", f"cannot read it ({exc.why.removeprefix('is ')})") from None
     try:
-        import tomllib  # Python 3.11+
-    except ImportError:  # pragma: no cover - Python 3.9/3.10
-        raise ConfigError(path, "", "reading TOML needs Python 3.11 or later (tomllib)") from None
+        import tomllib  # Python 3.11+; the rest of hostcheck runs on 3.9 (pyproject.toml's requires-python)
+    except ImportError:
+        # Judging with the defaults in place of the site's file could call a node ready that the file says is
+        # not: a usage error that says what to do, never a silent fallback.
+        raise ConfigError(
+            path,
+            "",
+            f"reading it needs Python 3.11 or later (tomllib), this is {sys.version_info[0]}.{sys.version_info[1]}: run hostcheck "
+            "with a newer Python (gpunode_health's venv has one), or name another file with --config",
+        ) from None
     try:
         doc = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:

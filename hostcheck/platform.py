@@ -187,7 +187,7 @@ def min_driver(data: dict, cuda: Any, policy: str = "compat") -> str:
     norm = cuda_normalize(cuda)
     if norm in (CPU, ""):
         return ""
-    major = norm.split(".")[0]
+    major = norm.partition(".")[0]
     if policy == "toolkit":
         return str(data["cuda"].get(norm, {}).get("min_driver", ""))
     return str(data["cuda_major"].get(major, {}).get("min_driver_compat", ""))
@@ -745,11 +745,11 @@ def node_plan(
         return plan
     if want in ("", CPU):
         want = cuda_ver if cuda_ver != CPU else ""
-    major = want.split(".")[0] if want else ""
-    if cuda_on and want and cuda_ver not in (CPU, "") and major != cuda_ver.split(".")[0]:
+    major = want.partition(".")[0] if want else ""
+    if cuda_on and want and cuda_ver not in (CPU, "") and major != cuda_ver.partition(".")[0]:
         errors.append(
             f"gpunode_cuda_version {want} is CUDA {major}, but torch {tver} is the {tag} build (CUDA "
-            f"{cuda_ver.split('.')[0]}): cuDNN and NCCL must match torch's CUDA major; leave gpunode_cuda_version "
+            f"{cuda_ver.partition('.')[0]}): cuDNN and NCCL must match torch's CUDA major; leave gpunode_cuda_version "
             f"empty to follow torch (CUDA {cuda_ver}), or set gpunode_pytorch_cuda to a CUDA {major} build"
             + (
                 " ("
@@ -771,20 +771,20 @@ def node_plan(
             errors.append(
                 f"the platform data names no distro CUDA toolkit for {key}: set gpunode_cuda_source: nvidia or pip"
             )
-        elif cuda_ver not in (CPU, "") and distro.split(".")[0] != cuda_ver.split(".")[0]:
+        elif cuda_ver not in (CPU, "") and distro.partition(".")[0] != cuda_ver.partition(".")[0]:
             errors.append(
                 f"{key}'s archive ships CUDA toolkit {distro}, but torch {tver} is the {tag} build: "
                 "set gpunode_cuda_source: pip (torch brings its own CUDA libraries) or nvidia "
                 f"(NVIDIA's cuda-toolkit-{cuda_ver.replace('.', '-')})"
             )
         else:
-            want, major = distro, distro.split(".")[0]
+            want, major = distro, distro.partition(".")[0]
     maj_row = data["cuda_major"].get(major, {})
     # cuDNN/NCCL pins: a build's own row where the builds of one CUDA major pin differently (2.11), else the major's.
     libraries = row.get("libraries", {})
     libs = libraries.get(tag) if tag.startswith(f"cu{major}") and tag in libraries else None
     libs = libs or libraries.get(f"cu{major}", {})
-    known = sorted((v for v in data["cuda"] if v.split(".")[0] == major), key=vtuple)
+    known = sorted((v for v in data["cuda"] if v.partition(".")[0] == major), key=vtuple)
     if cuda_on and want and want not in data["cuda"]:
         below = [v for v in known if vtuple(v) <= vtuple(want)]
         near = (below or known or [""])[-1]
@@ -839,7 +839,7 @@ def supported_os(data: dict) -> list[str]:
 def os_row_for(data: dict, os_id: Any, version_id: Any) -> tuple[str, dict | None]:
     """os-release ID and VERSION_ID ('debian', '12' / 'ubuntu', '24.04') -> ('Debian 12', its row or None)."""
     dist = data["os_release_ids"].get(str(os_id or "").lower(), "")
-    major = str(version_id or "").split(".")[0]
+    major = str(version_id or "").partition(".")[0]
     key = os_key(dist, major)
     return key, data["os"].get(key) if dist else None
 

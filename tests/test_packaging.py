@@ -194,8 +194,13 @@ def test_the_collection_carries_what_runs_and_nothing_of_the_tests(collection: P
         assert (collection / "plugins" / "filter" / doc.name).is_file(), (
             f"{doc.name} is missing from the collection"
         )
-    for left_out in ("tests", "molecule", "collections", "scripts", ".venv", "reports", "ansible.cfg"):
+    for left_out in ("molecule", "collections", "scripts", ".venv", "reports", "ansible.cfg"):
         assert not (collection / left_out).exists(), f"{left_out} is in the collection"
+    # Of tests/ only the ansible-test sanity ignore file ships, so that a consumer's sanity run sees its reasons.
+    shipped = sorted(
+        p.relative_to(collection).as_posix() for p in (collection / "tests").rglob("*") if p.is_file()
+    )
+    assert shipped == ["tests/sanity/ignore-2.19.txt"], shipped
     assert not list(collection.rglob("__pycache__"))
 
 
@@ -247,3 +252,23 @@ def test_the_wheel_builds_and_installs_without_an_index(tmp_path: Path):
         [venv / "bin/python", "-c", used], check=True, capture_output=True, text=True, cwd=tmp_path
     )
     assert out.stdout.split() == ["h100-sxm", "63"]
+
+
+def test_galaxy_metadata_names_the_addresses_galaxys_importer_requires():
+    for key in ("repository", "documentation", "homepage", "issues"):
+        assert str(GALAXY.get(key) or "").startswith("https://"), f"galaxy.yml: {key}"
+
+
+def test_the_sanity_ignore_file_matches_the_pinned_ansible_core_and_every_line_says_why():
+    pin = re.search(r'"ansible-core==(\d+)\.(\d+)\.', (ROOT / "pyproject.toml").read_text())
+    assert pin, "pyproject.toml pins no ansible-core"
+    ignores = ROOT / "tests" / "sanity" / f"ignore-{pin.group(1)}.{pin.group(2)}.txt"
+    assert [p.name for p in ignores.parent.iterdir()] == [ignores.name], (
+        "one ignore file, for the pinned core"
+    )
+    for line in ignores.read_text().splitlines():
+        entry, _, reason = line.partition("  # ")
+        path, test = entry.split(" ")
+        assert (ROOT / path).is_file() and test and len(reason.split()) >= 5, (
+            f"needs a path, a test, a reason: {line}"
+        )

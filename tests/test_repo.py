@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,6 +57,40 @@ def test_role_variables_are_prefixed_and_specified(role: Path):
     for name, opt in options.items():
         assert opt.get("description"), f"{role.name}: {name} has no description"
         assert opt.get("type"), f"{role.name}: {name} has no type"
+
+
+def _role_readmes():
+    """scripts/role-readmes as a module (the one generator of the role READMEs)."""
+    path = str(ROOT / "scripts" / "role-readmes")
+    loader = importlib.machinery.SourceFileLoader("role_readmes", path)
+    spec = importlib.util.spec_from_loader("role_readmes", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_every_role_readme_is_generated_from_its_argument_specs():
+    gen = _role_readmes()
+    assert [r.name for r in gen.roles()] == [r.name for r in ROLES]
+    assert gen.stale() == [], "stale role READMEs: run scripts/role-readmes"
+    for role in ROLES:
+        text = (role / "README.md").read_text()
+        options = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
+        for name in options.get("options", {}):
+            assert f"| `{name}` |" in text, f"{role.name}: {name} is not in its README"
+
+
+def test_a_changed_argument_spec_makes_its_readme_stale(tmp_path: Path):
+    gen = _role_readmes()
+    role = tmp_path / "gpunode_tuning"
+    shutil.copytree(ROOT / "roles" / "gpunode_tuning" / "meta", role / "meta")
+    (role / "README.md").write_text(gen.render(role))
+    assert gen.stale([role]) == []
+    spec = role / "meta" / "argument_specs.yml"
+    spec.write_text(spec.read_text().replace('default: "50%"', 'default: "40%"', 1))
+    assert gen.stale([role]) == [role / "README.md"]
+    (role / "README.md").unlink()
+    assert gen.stale([role]) == [role / "README.md"]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)

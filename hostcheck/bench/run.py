@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -191,7 +192,7 @@ def judge_run(
         err = proof.check_record(variant.expect, final)
         if err:
             return None, err, False, final
-        if not value > 0:
+        if math.isnan(value) or value <= 0:
             return None, f"metric is {value}", False, final
         return value, None, False, final
     if final and not final.get("ok") and final.get("error"):

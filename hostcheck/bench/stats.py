@@ -7,9 +7,10 @@ load, thermal state, page cache) because A and B of one round see the same machi
 
 from __future__ import annotations
 
-import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import Any
 
 HELPS, HURTS, NO_EFFECT, TOO_FEW = "helps", "hurts", "no clear effect", "too few pairs"
@@ -25,20 +26,21 @@ NOISY_SPREAD = 1.5
 def median(xs: Sequence[float]) -> float:
     if not xs:
         raise ValueError("median of nothing")
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+    return statistics.median(xs)
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), q in [0, 1]."""
+    """Linear interpolation between closest ranks (numpy's default; ``statistics.quantiles``' "inclusive"
+    method), q in [0, 1]. q is taken as the nearest fraction k/n with n <= 1000."""
     if not xs:
         raise ValueError("quantile of nothing")
-    s = sorted(xs)
-    pos = (len(s) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile {q} is outside [0, 1]")
+    frac = Fraction(q).limit_denominator(1000)
+    k, n = frac.numerator, frac.denominator
+    if len(xs) == 1 or k == 0 or k == n:
+        return min(xs) if k == 0 else max(xs) if k == n else xs[0]
+    return statistics.quantiles(xs, n=n, method="inclusive")[k - 1]
 
 
 def round_order(n_variants: int, round_index: int) -> list[int]:
@@ -141,4 +143,4 @@ def summarize(
 
 
 def geomean(xs: Sequence[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+    return statistics.geometric_mean(xs)

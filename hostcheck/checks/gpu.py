@@ -109,7 +109,7 @@ def driver_and_nvml(s: Any) -> Outcome:
             )
         want = s.facts.get("gpunode_driver", "version") if s.facts is not None else None
         if want and isinstance(n.driver_version, str) and str(want) != n.driver_version:
-            same_branch = str(want).split(".")[0] == n.driver_version.split(".")[0]
+            same_branch = str(want).partition(".")[0] == n.driver_version.partition(".")[0]
             out = warned if same_branch else failed
             return out(
                 f"{msg}, but gpunode_driver installed {want}: the driver changed since provisioning",

@@ -463,7 +463,10 @@ def analyse(
         )
     all_workers = {w for r in ranks for w in r.workers}
     worker_cores = [cpu[w][0] / cpu[w][1] for w in all_workers if w in cpu and cpu[w][1] >= 0.5 * cover > 0]
-    total = lambda pids: sum(cpu[p][0] for p in pids if p in cpu) / cover if cover > 0 else None  # noqa: E731
+
+    def total(pids):
+        return sum(cpu[p][0] for p in pids if p in cpu) / cover if cover > 0 else None
+
     node = _delta(pairs, lambda s: s.node_cpu[0] if s.node_cpu else None)
     node_all = _delta(pairs, lambda s: s.node_cpu[1] if s.node_cpu else None)
     loaders = all_workers or rank_pids

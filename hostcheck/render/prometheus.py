@@ -1,7 +1,7 @@
 """--prometheus PATH: node_exporter textfile collector format (hostcheck.outfile writes it atomically).
 
-The per-GPU series carry dcgm-exporter's labels (``gpu``, ``UUID``, ``pci_bus_id``) so that PromQL joins them
-with DCGM's series; every quantity has its base unit in its name and no series has a ``unit`` label.
+The per-GPU series carry dcgm-exporter's labels (``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``hostname``) so
+that PromQL joins them with DCGM's series; every quantity has its base unit in its name and no series has a ``unit`` label.
 The file is rewritten on every run, so the time of the last ready run is read back from the previous file
 (:func:`read_last_success`) and carried over while the node is not ready.
 """
@@ -15,6 +15,7 @@ from datetime import datetime
 
 from hostcheck import infile
 from hostcheck.registry import Status
+from hostcheck.render import clean_text
 from hostcheck.report import GpuRecord, Report
 
 #: hostcheck_check_status value per status
@@ -193,16 +194,19 @@ def render_prometheus(report: Report, last_success: float | None = None) -> str:
         out.add(LAST_SUCCESS, {}, success)
     versions = {_label_name(k): val for k, val in sorted(report.versions.items()) if val is not None}
     out.add("hostcheck_info", {k: val for k, val in versions.items() if k}, 1)
+    host = str(report.host.get("hostname") or "")
     for g in report.gpus:
-        out.add("hostcheck_gpu_info", {**_gpu_labels(g), "modelName": g.name or ""}, 1)
+        # modelName: dcgm-exporter's own spelling (promtool's lint asks for snake_case); kept so that
+        # group_left(modelName) finds the same label on both sides of a join.
+        out.add("hostcheck_gpu_info", _gpu_labels(g, host, modelName=g.name or ""), 1)
     for g in report.gpus:
         for key, value in g.quantities.items():
             name, extra = GPU_QUANTITIES.get(key, (f"hostcheck_gpu_{_label_name(key)}", {}))
-            out.add(name, {**_gpu_labels(g), **extra}, value)
+            out.add(name, {**_gpu_labels(g, host), **extra}, value)
         for dtype, value in g.matmul_flops_per_second.items():
-            out.add("hostcheck_gpu_matmul_flops_per_second", {**_gpu_labels(g), "dtype": dtype}, value)
+            out.add("hostcheck_gpu_matmul_flops_per_second", {**_gpu_labels(g, host), "dtype": dtype}, value)
         for kind, value in g.copy_bytes_per_second.items():
-            out.add("hostcheck_gpu_copy_bytes_per_second", {**_gpu_labels(g), "copy": kind}, value)
+            out.add("hostcheck_gpu_copy_bytes_per_second", {**_gpu_labels(g, host), "copy": kind}, value)
     return out.render()
 
 
@@ -229,9 +233,20 @@ def read_last_success(path: str) -> float | None:
     return None
 
 
-def _gpu_labels(g: GpuRecord) -> dict[str, object]:
-    # dcgm-exporter's label names and forms: gpu is the index as text, pci_bus_id NVML's 00000000:3B:00.0.
-    return {"gpu": str(g.index), "UUID": g.uuid or "", "pci_bus_id": g.pci_bus_id or ""}
+def _gpu_labels(g: GpuRecord, host: str, **extra: object) -> dict[str, object]:
+    """dcgm-exporter's labels, names, forms and order (NVIDIA/dcgm-exporter, internal/pkg/rendermetrics/
+    render_metrics.go; device is "nvidia<gpu>", internal/pkg/collector/gpu_collector.go): gpu is the index as
+    text, pci_bus_id NVML's 00000000:3B:00.0, hostname the node's (left out when unknown, as there)."""
+    labels: dict[str, object] = {
+        "gpu": str(g.index),
+        "UUID": g.uuid or "",
+        "pci_bus_id": g.pci_bus_id or "",
+        "device": f"nvidia{g.index}",
+        **extra,
+    }
+    if host:
+        labels["hostname"] = host
+    return labels
 
 
 def _help(name: str) -> str:
@@ -246,9 +261,8 @@ def _help(name: str) -> str:
 
 
 def _esc(v: object) -> str:
-    # Text-format escapes; a lone surrogate (from a child's JSON) would make the UTF-8 write fail: replaced.
-    s = str(v).encode("utf-8", "replace").decode("utf-8")
-    return s.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    # Text-format escapes, after clean_text (lone surrogates and control characters: as in the JUnit file).
+    return clean_text(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _label_name(key: object) -> str:

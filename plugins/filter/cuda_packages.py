@@ -69,7 +69,7 @@ def system_versions(items, packages) -> dict:
 
 def wheel_suffix(cuda_version) -> str:
     """'12.8' -> 'cu12', '13.0' -> 'cu13' (NVIDIA's wheels are per CUDA major)."""
-    major = str(cuda_version).split(".")[0].strip()
+    major = str(cuda_version).partition(".")[0].strip()
     if not major.isdigit():
         raise ValueError(f"not a CUDA version: {cuda_version!r}")
     return f"cu{int(major)}"

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xmlschema
 
 REPO = Path(__file__).resolve().parents[2]
 TRACEBACK = "Traceback (most recent call last)"
@@ -393,9 +394,14 @@ def _prom_ok(text: str) -> None:
     assert "hostcheck_score" in samples and any(k.startswith("hostcheck_check_status{") for k in samples)
 
 
+#: Jenkins' junit-10.xsd (fixtures/schemas, with its source): every JUnit file an attack leaves must validate.
+JUNIT_SCHEMA = xmlschema.XMLSchema(str(Path(__file__).parent / "fixtures" / "schemas" / "junit-10.xsd"))
+
+
 def _junit_ok(text: str) -> None:
     root = ET.fromstring(text)
     assert list(root.iter("testcase")) and int(root.get("tests")) > 0
+    JUNIT_SCHEMA.validate(text)
 
 
 def _status(o: Outcome, check_id: str) -> tuple[str, str]:

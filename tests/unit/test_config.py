@@ -3,15 +3,20 @@ the key and the reason (exit 2), never a traceback; command-line options win ove
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from hostcheck import config
 from hostcheck.config import ConfigError, parse
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FULL = """
 profile = "passive"
@@ -161,3 +166,41 @@ def test_options_on_the_command_line_win_over_the_file(tmp_path):
 
     assert e002()["expected"] == 3
     assert e002("--expect-gpus", "0")["expected"] == 0
+
+
+def test_without_tomllib_the_file_is_a_usage_error_that_says_what_to_do(tmp_path, monkeypatch):
+    """Python 3.9 and 3.10 (no tomllib): hostcheck runs, but a configuration file it cannot read is never
+    replaced by the defaults silently; with tomllib (the fault absent) the same file reads."""
+    path = write(tmp_path, "expect_gpus = 8\n")
+    assert config.load(path, explicit=False).expect_gpus == 8
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib raises ImportError
+    for explicit in (False, True):
+        with pytest.raises(
+            ConfigError, match=r"needs Python 3\.11 or later \(tomllib\), this is 3\.\d+: run"
+        ):
+            config.load(path, explicit=explicit)
+    assert config.load(str(tmp_path / "absent.toml"), explicit=False) == config.Config()
+
+
+def test_every_hostcheck_module_parses_as_the_oldest_python_it_claims_and_guards_tomllib():
+    """pyproject.toml's requires-python holds for every module, and every training Python the platform data
+    can choose is at least that; tomllib (3.11) is imported only inside a guard."""
+    floor = re.search(r'requires-python = ">=(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text())
+    assert floor
+    oldest = (int(floor.group(1)), int(floor.group(2)))
+    for path in sorted((ROOT / "hostcheck").rglob("*.py")):
+        tree = ast.parse(path.read_text(), feature_version=oldest)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try):
+                continue
+            body = getattr(node, "body", [])
+            for stmt in body if isinstance(body, list) else []:
+                if isinstance(stmt, ast.Import) and any(a.name == "tomllib" for a in stmt.names):
+                    pytest.fail(f"{path}: tomllib imported outside a try")
+    platform = json.loads((ROOT / "hostcheck" / "data" / "platform.json").read_text())
+    pythons = {
+        tuple(int(x) for x in row["python"]["version"].split(".")[:2])
+        for row in platform["os"].values()
+        if row.get("python")
+    }
+    assert pythons and min(pythons) >= oldest, (sorted(pythons), oldest)

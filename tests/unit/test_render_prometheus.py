@@ -148,7 +148,9 @@ def test_healthy_node_parses_with_dcgm_labels_and_no_unit_label():
         "gpu": "0",
         "UUID": "GPU-00000000-0000-0000-0000-000000000000",
         "pci_bus_id": "00000000:18:00.0",
+        "device": "nvidia0",
         "modelName": "NVIDIA H100 80GB HBM3",
+        "hostname": "h100-node-01",
     }
     assert info["5"]["pci_bus_id"] == "00000000:AB:00.0"  # NVML's upper case, as dcgm-exporter has it
     assert value(text, "hostcheck_gpu_temperature_celsius", gpu="3") == 37
@@ -157,6 +159,27 @@ def test_healthy_node_parses_with_dcgm_labels_and_no_unit_label():
     assert value(text, "hostcheck_gpu_nvlink_active_links", gpu="7") == 18
     assert value(text, "hostcheck_gpu_xid_events", gpu="0") == 0
     assert value(text, "hostcheck_gpu_lost", gpu="0") == 0
+
+
+def test_every_per_gpu_series_carries_dcgm_exporters_hostname_and_device():
+    """dcgm-exporter labels each GPU series gpu, UUID, pci_bus_id, device ("nvidia<gpu>") and hostname: with
+    the same labels, on(hostname, device) joins; a node whose hostname is unknown gets no empty hostname label."""
+    report = report_for(S.make_snapshot())
+    text = render_prometheus(report)
+    per_gpu = [s for f in families(text).values() if f.name.startswith("hostcheck_gpu_") for s in f.samples]
+    assert per_gpu
+    for s in per_gpu:
+        assert s.labels["device"] == "nvidia" + s.labels["gpu"], s
+        assert s.labels["hostname"] == "h100-node-01", s
+    nameless = dataclasses.replace(report, host={**report.host, "hostname": ""})
+    per_gpu = [
+        s
+        for f in families(render_prometheus(nameless)).values()
+        if f.name.startswith("hostcheck_gpu_")
+        for s in f.samples
+    ]
+    assert per_gpu and all("hostname" not in s.labels and s.labels["device"] for s in per_gpu)
+    assert "hostname" not in {k for s in samples(text, "hostcheck_score") for k in s.labels}
 
 
 def test_titles_are_in_an_info_series_and_status_keeps_its_encoding():
@@ -539,6 +562,7 @@ def test_hostile_strings_in_titles_messages_versions_and_gpu_names_still_parse()
         "gpu": "0",
         "UUID": clean,
         "pci_bus_id": clean,
+        "device": "nvidia0",
         "modelName": clean,
     }
     assert value(text, "hostcheck_gpu_matmul_flops_per_second", dtype=clean) == 1e12

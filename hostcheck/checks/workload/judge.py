@@ -23,6 +23,8 @@ Thresholds and where they come from:
 
 from __future__ import annotations
 
+import math
+
 PASS = "pass"
 WARN = "warn"
 FAIL = "fail"
@@ -209,7 +211,7 @@ def loss_numerics(losses) -> tuple[str, str]:
     vals = [float(x) for x in losses]
     if len(vals) < 2:
         return ERROR, "fewer than two losses recorded"
-    bad = [i for i, v in enumerate(vals) if v != v or v in (float("inf"), float("-inf"))]
+    bad = [i for i, v in enumerate(vals) if not math.isfinite(v)]
     if bad:
         return FAIL, f"non-finite loss at step {bad[0]}"
     if not vals[-1] < vals[0]:

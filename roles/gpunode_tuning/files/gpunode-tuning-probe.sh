@@ -4,7 +4,15 @@
 LC_ALL=C
 export LC_ALL
 
-json_str() { printf '"%s"' "$(printf '%s' "$1" | tr -d '"\\' | tr '\t\n' '  ')"; }
+# A JSON string of $1, every character kept: backslash, quote, tab, CR and newline escaped; other control
+# characters (invalid raw in JSON, never in the values read here) are dropped.
+json_str() {
+  printf '"'
+  printf '%s' "$1" | tr -d '\001-\010\013\014\016-\037' |
+    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e "s/$(printf '\t')/\\\\t/g" -e "s/$(printf '\r')/\\\\r/g" |
+    awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }'
+  printf '"'
+}
 
 cores=$(awk -F: '/^physical id/{p=$2} /^core id/{print p ":" $2}' /proc/cpuinfo | sort -u | wc -l)
 cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
@@ -12,7 +20,10 @@ cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 avx2=false
 grep -qw avx2 /proc/cpuinfo && avx2=true
 memtotal_kb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)
-numa_nodes=$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)
+numa_nodes=0
+for d in /sys/devices/system/node/node[0-9]*; do
+  [ -d "$d" ] && numa_nodes=$((numa_nodes + 1))
+done
 
 # NVIDIA GPUs (vendor 0x10de, class VGA 0x0300xx or 3D 0x0302xx) in PCI bus order, with their NUMA node.
 gpus=""
@@ -26,13 +37,17 @@ done
 
 shm_bytes=$(stat -f -c '%S %b' /dev/shm 2>/dev/null | awk '{print $1 * $2}')
 
-gov_files=$(ls /sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor 2>/dev/null)
-gov_present=false; gov_writable=false; gov_current=""; gov_available=""
-if [ -n "$gov_files" ]; then
+gov_present=false; gov_writable=false; gov_current=""; gov_available=""; first=""
+for f in /sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor; do
+  [ -e "$f" ] || continue
+  [ -n "$first" ] || first=$f
+  gov_current="$gov_current$(cat "$f" 2>/dev/null)
+"
+done
+if [ -n "$first" ]; then
   gov_present=true
-  first=$(echo "$gov_files" | head -n1)
   [ -w "$first" ] && gov_writable=true
-  gov_current=$(cat $gov_files | sort -u | tr '\n' ' ')
+  gov_current=$(printf '%s' "$gov_current" | sort -u | tr '\n' ' ')
   gov_available=$(cat "${first%/*}/scaling_available_governors" 2>/dev/null)
 fi
 

@@ -21,7 +21,7 @@ for dist, key in (("pillow-simd", "simd"), ("pillow", "pillow")):
         result[key] = importlib.metadata.version(dist)
 try:
     import PIL
-    from PIL import Image  # noqa: F401  (the C extension must load too)
+    import PIL.Image  # the C extension must load too
 
     result["pil"] = PIL.__version__
     from PIL import features
