@@ -129,7 +129,7 @@ def broken_preloads(s: Any) -> list[tuple[str, str]]:
         ]
     # A probe from before the per-entry list: an allocator named in LD_PRELOAD but not mapped did not load.
     entries = str(s.torch.env.get("LD_PRELOAD") or "").replace(":", " ").split()
-    loaded, _ = loaded_allocator(s)
+    loaded = loaded_allocator(s)[0]
     return [
         (e[:300], "did not load")
         for e in entries
@@ -141,7 +141,7 @@ def _preload_fix(s: Any, broken: list[tuple[str, str]]) -> str:
     installed = {k: v for k, v in (s.tuning.allocator_libs or {}).items() if v}
     where = [
         f"{kind} is installed at {installed[kind][0]}"
-        for kind in dict.fromkeys(_allocator_named(e) for e, _ in broken)
+        for kind in dict.fromkeys(_allocator_named(entry[0]) for entry in broken)
         if kind and installed.get(kind)
     ]
     return (
