@@ -52,12 +52,16 @@ def edac_errors(s: Any) -> Outcome:
     if not hw.edac:
         return skipped("no memory controller registered with EDAC")
     limit = _config(s).thresholds.edac_ce_rise_warn
-    fails, warns, details = [], [], []
+    fails, warns, details, unreadable = [], [], [], []
     for mc in hw.edac:
+        if not isinstance(mc.ue, int) or not isinstance(mc.ce, int):
+            unreadable.append(mc.name)
+            details.append(
+                f"{mc.name}: counts unreadable ({(mc.ue if isinstance(mc.ue, Unavailable) else mc.ce).reason})"
+            )
         if isinstance(mc.ue, int) and mc.ue > 0:
             fails.append(f"{mc.name}: {mc.ue} uncorrected memory error(s) since boot")
         if not isinstance(mc.ce, int):
-            details.append(f"{mc.name}: corrected count unreadable")
             continue
         t = hw.state.trend("edac", f"{mc.name}.ce", mc.ce)
         details.append(_trend_text(f"{mc.name} corrected", t))
@@ -72,10 +76,13 @@ def edac_errors(s: Any) -> Outcome:
         return failed("; ".join(fails + warns), hint=EDAC_FIX, details=tuple(details))
     if warns:
         return warned("; ".join(warns), hint=EDAC_FIX, details=tuple(details))
-    return passed(
-        f"{len(hw.edac)} memory controller(s): no uncorrected errors, corrected not rising",
-        details=tuple(details),
-    )
+    read = len(hw.edac) - len(unreadable)
+    if not read:
+        return skipped(f"EDAC counts unreadable on {', '.join(unreadable)}", details=tuple(details))
+    msg = f"{read} memory controller(s): no uncorrected errors, corrected not rising"
+    if unreadable:
+        msg += f" ({', '.join(unreadable)}: counts unreadable, not judged)"
+    return passed(msg, details=tuple(details))
 
 
 def _trend_text(what: str, t: Any) -> str:
@@ -163,12 +170,12 @@ def pcie_aer(s: Any) -> Outcome:
     if isinstance(hw.aer, Unavailable):
         return _unavailable("PCI devices", hw.aer)
     devices = [d for d in hw.aer if isinstance(d.totals, dict)]
+    unread = [f"{d.kind} {d.address}: {d.totals.reason}" for d in hw.aer if isinstance(d.totals, Unavailable)]
     if not hw.aer:
         return skipped("no GPU or NIC on the PCI bus")
     if not devices:
-        return skipped(
-            f"no AER counters on the {len(hw.aer)} GPU/NIC device(s) (kernel or platform without AER)"
-        )
+        why = {d.totals.reason for d in hw.aer if isinstance(d.totals, Unavailable)}
+        return skipped(f"no AER counters on the {len(hw.aer)} GPU/NIC device(s): {'; '.join(sorted(why))}")
     limit = _config(s).thresholds.aer_correctable_rise_warn
     fails, warns, details = [], [], []
     for d in devices:
@@ -194,7 +201,10 @@ def pcie_aer(s: Any) -> Outcome:
         return failed("; ".join(fails + warns), hint=AER_FIX, details=tuple(details))
     if warns:
         return warned("; ".join(warns), hint=AER_FIX, details=tuple(details))
-    return passed(f"{len(devices)} GPU/NIC device(s): no AER errors rising", details=tuple(details))
+    msg = f"{len(devices)} GPU/NIC device(s): no AER errors rising"
+    if unread:
+        msg += f" ({len(unread)} without readable counters, not judged)"
+    return passed(msg, details=tuple(details + unread))
 
 
 @check("system.E010", "Counter history for 'rising since the last run'", weight=1, needs=("hardware",))

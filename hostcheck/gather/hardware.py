@@ -186,7 +186,7 @@ def read_aer(root: str) -> tuple[PciAer, ...] | Unavailable:
                 break
             totals[which] = n
         if missing is not None and missing.kind == NOT_FOUND:
-            missing = Unavailable(NOT_FOUND, "no AER counters (device or kernel without AER reporting)")
+            missing = Unavailable(NOT_FOUND, "device or kernel without AER reporting (no aer_dev_* files)")
         out.append(PciAer(dev, kind, missing if missing is not None else totals))
     return tuple(out)
 
