@@ -9,10 +9,18 @@ from collections import defaultdict
 from typing import Any
 
 from hostcheck.checks.gpu import _config, _missing, _no_gpus, _per_gpu
+from hostcheck.gather.base import NOT_SUPPORTED, Unavailable
 from hostcheck.gather.hardware import HardwareSnapshot
 from hostcheck.gather.nvml import GpuInfo
 from hostcheck.gather.state import FIRST, RESET, RISING
 from hostcheck.registry import Outcome, Status, check, passed, skipped, warned
+
+
+def _read(g: GpuInfo, v: Any, what: str) -> tuple[Status, str] | None:
+    """As gpu._missing, and None (not read at all: nvidia-smi without nvidia-ml-py) is a skip, never a value."""
+    if v is None:
+        return Status.SKIP, f"GPU {g.index}: {what} not read"
+    return _missing(g, v, what)
 
 
 def _ok_gpus(s: Any) -> list[GpuInfo]:
@@ -32,7 +40,7 @@ def pcie_replays(s: Any) -> Outcome:
     elapsed = hw.state.elapsed_s(hw.taken_at)
 
     def judge(g: GpuInfo) -> tuple[Status, str] | None:
-        m = _missing(g, g.pcie_replays, "PCIe replay counter")
+        m = _read(g, g.pcie_replays, "PCIe replay counter")
         if m:
             return m
         if not isinstance(g.uuid, str):
@@ -73,7 +81,7 @@ def _same(s: Any, what: str, value: Any, fmt: Any, hint: str, skip_mig: bool = F
     details, skipped_gpus = [], []
     for g in _ok_gpus(s):
         v = value(g)
-        m = _missing(g, v, what)
+        m = _read(g, v, what)
         if m:
             details.append(m[1])
             continue
@@ -145,12 +153,12 @@ def app_clocks(s: Any) -> Outcome:
     def judge(g: GpuInfo) -> tuple[Status, str] | None:
         if _mig_on(g):
             return Status.SKIP, f"GPU {g.index}: MIG mode on (application clocks not judged)"
-        m = _missing(g, g.app_clocks_mhz, "application clocks")
+        m = _read(g, g.app_clocks_mhz, "application clocks")
         if m:
             return m
         target = want
         if target is None:
-            d = _missing(g, g.app_clocks_default_mhz, "default application clocks")
+            d = _read(g, g.app_clocks_default_mhz, "default application clocks")
             if d:
                 return d
             target = g.app_clocks_default_mhz
@@ -181,13 +189,16 @@ def mig_mode(s: Any) -> Outcome:
     if early:
         return early
     expect = _config(s).hardware.mig
-    on, off, pending, details = [], [], [], []
+    on, off, pending, details, unknown = [], [], [], [], []
     for g in _ok_gpus(s):
-        m = _missing(g, g.mig_mode, "MIG mode")
+        if isinstance(g.mig_mode, Unavailable) and g.mig_mode.kind == NOT_SUPPORTED:
+            off.append(g.index)  # a GPU without MIG is, for this purpose, a GPU with MIG off
+            details.append(f"GPU {g.index}: no MIG (not supported)")
+            continue
+        m = _read(g, g.mig_mode, "MIG mode")
         if m:
-            details.append(m[1] if m[0] is not Status.SKIP else f"GPU {g.index}: no MIG (not supported)")
-            if m[0] is Status.SKIP:
-                off.append(g.index)  # a GPU without MIG is, for this purpose, a GPU with MIG off
+            unknown.append(g.index)
+            details.append(m[1])
             continue
         cur, pend = g.mig_mode
         (on if cur == 1 else off).append(g.index)
@@ -201,6 +212,8 @@ def mig_mode(s: Any) -> Outcome:
         "set it on every GPU the same way ('nvidia-smi -mig 0|1 -i <ids>', then reset the GPUs) or change "
         "[hardware] mig to what this node should run"
     )
+    if not on and not off:
+        return skipped("MIG mode not read on any GPU", details=tuple(details))
     wrong = []
     if expect == "off" and on:
         wrong.append(f"MIG on for GPU {', '.join(map(str, on))}, expected off")
@@ -212,11 +225,12 @@ def mig_mode(s: Any) -> Outcome:
         )
     if wrong or pending:
         return warned("; ".join(wrong + pending), hint=hint, details=tuple(details))
+    unread = f"; GPU {', '.join(map(str, unknown))}: not read" if unknown else ""
     if on:
         return passed(
-            f"{listing}: per-GPU figures there are per MIG instance, and checks do not judge what MIG changes",
+            f"{listing}: per-GPU figures there are per MIG instance, and checks do not judge what MIG changes"
+            + unread,
             details=tuple(details),
         )
-    return passed(
-        f"MIG {'off' if off else 'not reported'} on every GPU (expected: {expect})", details=tuple(details)
-    )
+    where = "every GPU" if not unknown else f"GPU {', '.join(map(str, off))}"
+    return passed(f"MIG off on {where} (expected: {expect}){unread}", details=tuple(details))

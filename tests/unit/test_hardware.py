@@ -406,3 +406,39 @@ def test_the_nvml_replay_counters_are_kept_for_the_next_run(tree, tmp_path):
     assert load_state(str(state)).previous["pcie_replay"] == {"GPU-x": 4}
     gather(tree, state, 1100.0)  # a run without NVML keeps the last replay counts
     assert load_state(str(state)).previous["pcie_replay"] == {"GPU-x": 4}
+
+
+def test_fields_nvidia_smi_does_not_read_are_skipped_never_passed():
+    """Without nvidia-ml-py the GPU figures come from nvidia-smi, which reads none of these: nothing is judged."""
+    from hostcheck.gather.nvml import GpuInfo, NvmlSnapshot
+
+    gpus = tuple(GpuInfo(index=i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}") for i in range(2))
+    snap = dataclasses.replace(
+        S.make_snapshot(), nvml=NvmlSnapshot(gpus=gpus, device_count=2, source="nvidia-smi")
+    )
+    results, _ = evaluate(snap, [c for c in all_checks() if c.id in GPU_IDS])
+    assert {r.id: r.status for r in results} == dict.fromkeys(GPU_IDS, Status.SKIP), results
+
+
+def test_mig_unreadable_on_one_gpu_is_said_not_counted_as_off():
+    r = judge(nvml=S.FakeNvml(fail={"nvmlDeviceGetMigMode@2": S.NO_PERMISSION}))
+    assert r["gpu.E018"].status is Status.PASS and "GPU 2: not read" in r["gpu.E018"].message
+    assert "every GPU" not in r["gpu.E018"].message
+
+
+def test_the_command_line_reads_the_host_root_and_keeps_the_state(tree, tmp_path, capsys):
+    import json
+
+    from hostcheck import command
+
+    state = tmp_path / "st" / "state.json"
+    argv = ["check", "--quick", "--json", "--only", "system.E006,system.E010", "--facts-dir", str(tmp_path)]
+    argv += ["--host-root", str(tree), "--state-file", str(state)]
+    assert command.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {c["id"]: c["status"] for c in doc["checks"]} == {"system.E006": "pass", "system.E010": "pass"}
+    assert load_state(str(state)).previous["edac"] == {"mc0.ce": 0, "mc0.ue": 0, "mc1.ce": 3, "mc1.ue": 0}
+    put(tree, "sys/devices/system/edac/mc/mc1/ue_count", "1\n")
+    assert command.main(argv) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert {c["id"]: c["status"] for c in doc["checks"]}["system.E006"] == "fail"
