@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from hostcheck.checks.gpu import _config
-from hostcheck.gather.base import NOT_FOUND, Unavailable
-from hostcheck.gather.hardware import HardwareSnapshot, blocked_key
+from hostcheck.gather.base import NO_PERMISSION, NOT_FOUND, Unavailable
+from hostcheck.gather.hardware import HardwareSnapshot, blocked_since
 from hostcheck.gather.state import FIRST, RESET, RISING, SAME
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
@@ -39,7 +39,8 @@ def _history_note(hw: HardwareSnapshot) -> str:
 def _unavailable(what: str, u: Unavailable) -> Outcome:
     if u.kind == NOT_FOUND:
         return skipped(f"{what}: {u.reason}")
-    return errored(f"{what} could not be read: {u.reason}", hint="run hostcheck as root")
+    hint = "run hostcheck as root" if u.kind == NO_PERMISSION else None
+    return errored(f"{what} could not be read: {u.reason}", hint=hint)
 
 
 @check("system.E006", "Memory errors (EDAC, per memory controller)", weight=8, needs=("hardware",))
@@ -132,13 +133,13 @@ def stuck_tasks(s: Any) -> Outcome:
     if isinstance(hw.blocked, Unavailable):
         return _unavailable("/proc", hw.blocked)
     limit = _config(s).thresholds.dstate_stuck_s
-    elapsed = hw.state.elapsed_s(hw.taken_at)
     stuck, details = [], []
     for t in hw.blocked:
-        prev = hw.state.previous.get("dstate", {}).get(blocked_key(t))
-        # Seen in D at the last run and never scheduled since: blocked for the whole interval.
-        if prev == t.switches and elapsed is not None and elapsed >= limit:
-            stuck.append(f"{t.comm} (pid {t.pid}, tid {t.tid}) blocked for at least {elapsed:.0f} s")
+        # Found in D by an earlier run with the same context-switch count: never scheduled since then.
+        since = blocked_since(hw.state, t)
+        blocked = hw.taken_at - since if since is not None else None
+        if blocked is not None and blocked >= limit:
+            stuck.append(f"{t.comm} (pid {t.pid}, tid {t.tid}) blocked for at least {blocked:.0f} s")
         else:
             details.append(f"{t.comm} (pid {t.pid}, tid {t.tid}) in D state now")
     hung = hw.hung_lines if isinstance(hw.hung_lines, tuple) else ()

@@ -222,7 +222,14 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             options.gather_timeout_s,
             lambda u: HardwareSnapshot(
-                root=options.host_root, edac=u, aer=u, blocked=u, mce_lines=u, hung_lines=u
+                root=options.host_root,
+                edac=u,
+                aer=u,
+                blocked=u,
+                mce_lines=u,
+                hung_lines=u,
+                # Nothing compared, nothing kept: system.E010 says so instead of claiming a baseline.
+                state=counter_state.CounterState(path=state_file, read_error=u, write_error=u),
             ),
             timings,
             options.deadline,

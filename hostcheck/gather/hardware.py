@@ -245,6 +245,16 @@ def blocked_key(t: BlockedTask) -> str:
     return f"{t.tid}@{t.start}"
 
 
+def blocked_since(state: CounterState, t: BlockedTask) -> float | None:
+    """Since when ``t`` has been in D state without running, as far as the runs before saw: the first run that
+    found it with today's context-switch count (kept as ``<key>.since``); None when this run is the first."""
+    prev = state.previous.get("dstate", {})
+    if prev.get(blocked_key(t)) != t.switches:
+        return None
+    since = prev.get(blocked_key(t) + ".since")
+    return float(since) if since is not None else state.previous_at
+
+
 # --- machine checks and hung tasks in the kernel log ----------------------------------------------------
 
 #: arch/x86/kernel/cpu/mce: every report is prefixed HW_ERR, "[Hardware Error]: "; "Machine check events logged"
@@ -322,7 +332,11 @@ def counters_of(snap: HardwareSnapshot) -> dict[str, dict[str, int]]:
             f"{d.address}.{k}": v for d in snap.aer if isinstance(d.totals, dict) for k, v in d.totals.items()
         }
     if isinstance(snap.blocked, tuple):
-        out["dstate"] = {blocked_key(t): t.switches for t in snap.blocked}
+        out["dstate"] = {}
+        for t in snap.blocked:
+            since = blocked_since(snap.state, t)
+            out["dstate"][blocked_key(t)] = t.switches
+            out["dstate"][blocked_key(t) + ".since"] = int(since if since is not None else snap.taken_at)
     if snap.replays:
         out["pcie_replay"] = dict(snap.replays)
     return out

@@ -1086,7 +1086,7 @@ ATTACKS = [
         lambda c: Run(
             c.base(only="SYSTEM", json_out=True),
             JUDGED,
-            check=_only_ids("system.E001", "system.E002", "system.E003", "system.E004", "system.E005"),
+            check=_only_ids(*(f"system.E{n:03d}" for n in range(1, 11))),
         ),
     ),
     A(

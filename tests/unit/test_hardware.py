@@ -442,3 +442,26 @@ def test_the_command_line_reads_the_host_root_and_keeps_the_state(tree, tmp_path
     assert command.main(argv) == 1
     doc = json.loads(capsys.readouterr().out)
     assert {c["id"]: c["status"] for c in doc["checks"]}["system.E006"] == "fail"
+
+
+def test_a_task_stuck_across_frequent_runs_is_timed_from_when_it_was_first_seen(tree, tmp_path):
+    """Runs a minute apart (prologs of short jobs): the blocked time adds up from the first run that saw it."""
+    state = tmp_path / "state.json"
+    d_task(tree, 4242, switches=17)
+    for now in (1000.0, 1060.0):
+        assert judge(gather(tree, state, now))["system.E008"].status is Status.PASS
+    r = judge(gather(tree, state, 1130.0))
+    assert r["system.E008"].status is Status.WARN and "at least 130 s" in r["system.E008"].message
+
+
+def test_a_hardware_gatherer_that_did_not_finish_claims_no_baseline(monkeypatch, tmp_path):
+    import time
+
+    from hostcheck import gather as G
+
+    monkeypatch.setattr(G, "gather_hardware", lambda *a, **k: time.sleep(5))
+    snap = G.gather(Options(gather_timeout_s=0.2, state_file=str(tmp_path / "s.json")), {"hardware"})
+    results, _ = evaluate(snap, [c for c in all_checks() if c.id in HOST_IDS])
+    r = {x.id: x for x in results}
+    assert r["system.E010"].status is Status.WARN and "did not finish" in r["system.E010"].message
+    assert r["system.E006"].status is not Status.PASS
