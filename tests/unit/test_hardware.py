@@ -465,3 +465,18 @@ def test_a_hardware_gatherer_that_did_not_finish_claims_no_baseline(monkeypatch,
     r = {x.id: x for x in results}
     assert r["system.E010"].status is Status.WARN and "did not finish" in r["system.E010"].message
     assert r["system.E006"].status is not Status.PASS
+
+
+def test_per_gpu_series_for_replays_power_limit_and_mig(healthy):
+    from hostcheck.cli import build_report
+    from hostcheck.render.prometheus import render_prometheus
+
+    results, verdict = evaluate(healthy, [c for c in all_checks() if c.category == "gpu"])
+    text = render_prometheus(
+        build_report(healthy, results, verdict, started=0.0, when="2026-11-26T00:00:00Z")
+    )
+    lines = [line for line in text.splitlines() if line.startswith("hostcheck_gpu_") and 'gpu="3"' in line]
+    got = {line.split("{", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines}
+    assert got["hostcheck_gpu_power_limit_watts"] == 700.0
+    assert got["hostcheck_gpu_pcie_replays"] == 0 and got["hostcheck_gpu_mig_mode_enabled"] == 0
+    assert "# HELP hostcheck_gpu_pcie_replays " in text
