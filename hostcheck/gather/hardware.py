@@ -219,25 +219,29 @@ def read_blocked(root: str) -> tuple[BlockedTask, ...] | Unavailable:
     pids = _listdir(proc)
     if isinstance(pids, Unavailable):
         return pids
-    out = []
-    seen = 0
+    tasks: list[tuple[str, str, str]] = []  # (pid, tid, folder), at most MAX_TASKS
     for pid in pids:
         if not pid.isdigit():
             continue
         tids = _listdir(os.path.join(proc, pid, "task"))
-        for tid in tids if isinstance(tids, list) else [pid]:
-            seen += 1
-            if seen > MAX_TASKS or not tid.isdigit():
-                break
-            task = os.path.join(proc, pid, "task", tid) if isinstance(tids, list) else os.path.join(proc, pid)
-            stat = read_text(os.path.join(task, "stat"), 4096)
-            parsed = parse_stat(stat) if isinstance(stat, str) else None
-            if parsed is None or parsed[1] != "D":
-                continue
-            status = read_text(os.path.join(task, "status"), 1 << 16)
-            switches = parse_switches(status) if isinstance(status, str) else None
-            if switches is not None:
-                out.append(BlockedTask(int(pid), int(tid), parsed[0], parsed[2], switches))
+        if isinstance(
+            tids, Unavailable
+        ):  # a process gone meanwhile, or a tree without task/: its main thread
+            tasks.append((pid, pid, os.path.join(proc, pid)))
+        else:
+            tasks += [(pid, t, os.path.join(proc, pid, "task", t)) for t in tids if t.isdigit()]
+        if len(tasks) >= MAX_TASKS:
+            break
+    out = []
+    for pid, tid, task in tasks[:MAX_TASKS]:
+        stat = read_text(os.path.join(task, "stat"), 4096)
+        parsed = parse_stat(stat) if isinstance(stat, str) else None
+        if parsed is None or parsed[1] != "D":
+            continue
+        status = read_text(os.path.join(task, "status"), 1 << 16)
+        switches = parse_switches(status) if isinstance(status, str) else None
+        if switches is not None:
+            out.append(BlockedTask(int(pid), int(tid), parsed[0], parsed[2], switches))
     return tuple(out)
 
 

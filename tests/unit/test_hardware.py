@@ -480,3 +480,14 @@ def test_per_gpu_series_for_replays_power_limit_and_mig(healthy):
     assert got["hostcheck_gpu_power_limit_watts"] == 700.0
     assert got["hostcheck_gpu_pcie_replays"] == 0 and got["hostcheck_gpu_mig_mode_enabled"] == 0
     assert "# HELP hostcheck_gpu_pcie_replays " in text
+
+
+def test_the_task_scan_is_bounded(tree, monkeypatch):
+    from hostcheck.gather import hardware
+
+    d_task(tree, 4242, switches=1)
+    assert [t.pid for t in hardware.read_blocked(str(tree))] == [4242]
+    monkeypatch.setattr(hardware, "MAX_TASKS", 2)  # /proc listed as text: 1, 4242, 812
+    assert [t.pid for t in hardware.read_blocked(str(tree))] == [4242]
+    monkeypatch.setattr(hardware, "MAX_TASKS", 1)
+    assert hardware.read_blocked(str(tree)) == ()
