@@ -118,6 +118,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     env.add_argument("--facts-dir", default="/etc/ansible/facts.d", metavar="DIR", help="Ansible local facts")
     env.add_argument(
+        "--state-file",
+        metavar="PATH",
+        help="the counters of the last run, for 'rising since the last run' "
+        "(default: [hardware] state_file, else /var/lib/hostcheck/state.json)",
+    )
+    env.add_argument(
+        "--host-root",
+        default="/",
+        metavar="DIR",
+        help="where the node's /sys and /proc are read for the host hardware checks (a fixture tree in tests)",
+    )
+    env.add_argument(
         "--env-file", metavar="PATH", help="training environment file (default: /etc/gpunode/training.env)"
     )
     env.add_argument(
@@ -313,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
         workload_section_args=section_args,
         data_dirs=tuple(args.data_dir or ()),
         data_rate_mb_s=args.data_rate,
+        host_root=args.host_root,
+        state_file=args.state_file,
     )
     needs = set().union(*(c.needs for c in checks)) & set(gather.GATHERERS)
     when = now_iso()

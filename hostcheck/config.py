@@ -103,6 +103,14 @@ class Thresholds:
     gpu_peer_tolerance: float = float(_THRESHOLD_DEFAULTS["gpu_peer_tolerance"])
     #: hostcheck fleet flags a node this fraction below its SKU's fleet median (a warning).
     fleet_peer_tolerance: float = float(_THRESHOLD_DEFAULTS["fleet_peer_tolerance"])
+    #: Corrected memory errors per memory controller since the last run from which system.E006 warns (own).
+    edac_ce_rise_warn: int = int(_THRESHOLD_DEFAULTS["edac_ce_rise_warn"])
+    #: PCIe correctable errors per device since the last run from which system.E009 warns (own).
+    aer_correctable_rise_warn: int = int(_THRESHOLD_DEFAULTS["aer_correctable_rise_warn"])
+    #: DCGM's PCIe replay rate limit (per minute) for gpu.E015.
+    pcie_replay_rate_warn_per_min: float = float(_THRESHOLD_DEFAULTS["pcie_replay_rate_warn_per_min"])
+    #: The kernel's default hung-task timeout: a task blocked this long in D state warns (system.E008).
+    dstate_stuck_s: float = float(_THRESHOLD_DEFAULTS["dstate_stuck_s"])
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,21 @@ def default_xid_policy() -> XidPolicy:
     return _DEFAULT_XID
 
 
+MIG_EXPECT = ("same", "off", "on")
+
+
+@dataclass(frozen=True)
+class HardwareSettings:
+    """[hardware]: where the counters of the last run are kept and what the GPUs of a node should agree on."""
+
+    #: The state file behind "rising since the last run" (hostcheck.gather.state).
+    state_file: str | None = None
+    #: MIG mode expected on every GPU: "same" (off everywhere or on everywhere), "off" or "on".
+    mig: str = "same"
+    #: Application clocks (graphics, memory MHz) the site sets; None: the board's defaults.
+    app_clocks_mhz: tuple[int, int] | None = None
+
+
 @dataclass(frozen=True)
 class Config:
     path: str | None = None
@@ -151,6 +174,7 @@ class Config:
     gpu_models: tuple[GpuModel, ...] = ()
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     prometheus: str | None = None
+    hardware: HardwareSettings = field(default_factory=HardwareSettings)
 
 
 def _xid_from_data(path: Path) -> XidPolicy:
@@ -310,6 +334,12 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         pages = t.integer("retired_pages_fail", 1, 100000)
         peer = t.number("gpu_peer_tolerance", 0.01, 0.9)
         fleet = t.number("fleet_peer_tolerance", 0.01, 0.9)
+        more = {
+            "edac_ce_rise_warn": t.integer("edac_ce_rise_warn", 1, 1 << 31),
+            "aer_correctable_rise_warn": t.integer("aer_correctable_rise_warn", 1, 1 << 31),
+            "pcie_replay_rate_warn_per_min": t.number("pcie_replay_rate_warn_per_min", 0.001, 1e9),
+            "dstate_stuck_s": t.number("dstate_stuck_s", 1, 86400 * 30),
+        }
         t.done()
         thresholds = Thresholds(
             gpu_temp_warn_c=thresholds.gpu_temp_warn_c if warn_c is None else warn_c,
@@ -317,6 +347,7 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
             retired_pages_fail=thresholds.retired_pages_fail if pages is None else pages,
             gpu_peer_tolerance=thresholds.gpu_peer_tolerance if peer is None else peer,
             fleet_peer_tolerance=thresholds.fleet_peer_tolerance if fleet is None else fleet,
+            **{k: v if v is not None else getattr(thresholds, k) for k, v in more.items()},
         )
         if thresholds.gpu_temp_warn_c > thresholds.gpu_temp_fail_c:
             raise ConfigError(path, "thresholds.gpu_temp_warn_c", "must not be above gpu_temp_fail_c")
@@ -352,6 +383,7 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         p.done()
         if prometheus is not None and not prometheus.startswith("/"):
             raise ConfigError(path, "prometheus.textfile", "must be an absolute path")
+    hardware = _hardware(top.table("hardware"), path)
     top.done()
     return Config(
         path=path,
@@ -366,7 +398,24 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         gpu_models=models,
         slurm=slurm,
         prometheus=prometheus,
+        hardware=hardware,
     )
+
+
+def _hardware(t: _Table | None, path: str) -> HardwareSettings:
+    if t is None:
+        return HardwareSettings()
+    state_file = t.string("state_file")
+    mig = t.string("mig", MIG_EXPECT)
+    graphics = t.integer("app_clock_graphics_mhz", 1, 100000)
+    memory = t.integer("app_clock_memory_mhz", 1, 100000)
+    t.done()
+    if state_file is not None and not state_file.startswith("/"):
+        raise ConfigError(path, "hardware.state_file", "must be an absolute path")
+    if (graphics is None) != (memory is None):
+        raise ConfigError(path, "hardware.app_clock_graphics_mhz", "set both application clocks or neither")
+    clocks = (graphics, memory) if graphics is not None and memory is not None else None
+    return HardwareSettings(state_file=state_file, mig=mig or "same", app_clocks_mhz=clocks)
 
 
 def _xid(t: _Table | None, path: str) -> XidPolicy:

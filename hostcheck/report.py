@@ -207,6 +207,9 @@ def _nvml_quantities(g: Any) -> dict[str, float]:
         "persistence_mode_enabled": g.persistence_mode,
         "fabric_state": _item(g.fabric, 0),
         "compute_processes": len(g.processes) if isinstance(g.processes, tuple) else None,
+        "pcie_replays": g.pcie_replays,
+        "power_limit_watts": _number(g.power_limit_mw, bools=False, scale=0.001),
+        "mig_mode_enabled": _item(g.mig_mode, 0),
         "lost": g.lost is not None,
     }
     out = {k: _number(v) for k, v in raw.items()}

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hostcheck.config import Config
+from hostcheck.gather import state as counter_state
 from hostcheck.gather.base import BUSY, CRASHED, TIMEOUT, Unavailable, read_text
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
+from hostcheck.gather.hardware import HOST_ROOT, HardwareSnapshot, gather_hardware
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
 from hostcheck.gather.system import SystemSnapshot, gather_system
 from hostcheck.gather.torchinfo import TorchSnapshot, choose_python, gather_torch
@@ -25,7 +27,7 @@ from hostcheck.gather.tuning import (
 from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
 from hostcheck.registry import call_with_timeout
 
-GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath")
+GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ class Options:
     deadline: float | None = None
     #: The configuration file's settings (thresholds, XID policy, GPU models) that checks read.
     config: Config = field(default_factory=Config)
+    #: Where the node's /sys and /proc are (--host-root): a fixture tree in tests and scenarios.
+    host_root: str = HOST_ROOT
+    #: The counters of the last run (--state-file; else [hardware] state_file; else /var/lib/hostcheck).
+    state_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class Snapshot:
     workload: WorkloadRun | Unavailable | None = None
     #: The dataset directories' storage (hostcheck.gather.datapath).
     datapath: DataPathSnapshot | None = None
+    #: EDAC, machine checks, D-state tasks, PCIe AER and the counters of the last run (hostcheck.gather.hardware).
+    hardware: HardwareSnapshot | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -197,6 +205,35 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             timings,
             options.deadline,
         )
+    if "hardware" in needs:
+        nv = results.get("nvml")
+        replays = {
+            str(g.uuid): g.pcie_replays
+            for g in (nv.gpus if isinstance(nv, NvmlSnapshot) else ())
+            if isinstance(g.uuid, str) and isinstance(g.pcie_replays, int)
+        }
+        state_file = (
+            options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
+        )
+        results["hardware"] = _timed(
+            "hardware",
+            lambda: gather_hardware(
+                options.host_root, state_file, log_hours=options.config.xid.window_hours, replays=replays
+            ),
+            options.gather_timeout_s,
+            lambda u: HardwareSnapshot(
+                root=options.host_root,
+                edac=u,
+                aer=u,
+                blocked=u,
+                mce_lines=u,
+                hung_lines=u,
+                # Nothing compared, nothing kept: system.E010 says so instead of claiming a baseline.
+                state=counter_state.CounterState(path=state_file, read_error=u, write_error=u),
+            ),
+            timings,
+            options.deadline,
+        )
     for t in threads:
         t.join()  # each is bounded by its own _timed timeout
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
@@ -212,6 +249,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         tuning=results.get("tuning"),
         workload=results.get("workload"),
         datapath=results.get("datapath"),
+        hardware=results.get("hardware"),
         timings=timings,
     )
 

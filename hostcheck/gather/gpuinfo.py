@@ -47,6 +47,16 @@ class GpuInfo:
     processes: Val = ()
     #: NVML fabric probe (Hopper and later): (state, status), NVML_GPU_FABRIC_STATE_* and an NVML return code.
     fabric: Val = None
+    #: Consistency inside a node (gpu.E016-E019) and the PCIe replay counter (gpu.E015).
+    vbios: Val = None
+    power_limit_mw: Val = None
+    power_limit_default_mw: Val = None
+    #: Application clocks (graphics, memory) in MHz, and the board's defaults.
+    app_clocks_mhz: Val = None
+    app_clocks_default_mhz: Val = None
+    #: (current, pending) MIG mode: 1 enabled, 0 disabled; NOT_SUPPORTED on GPUs without MIG.
+    mig_mode: Val = None
+    pcie_replays: Val = None
     #: Set when the device handle itself could not be obtained (GPU lost): all other fields are unknown.
     handle_error: Unavailable | None = None
 

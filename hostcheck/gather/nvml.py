@@ -234,7 +234,41 @@ def _gather_gpu(nvml: Any, i: int, proc_name: Callable[[int], str]) -> GpuInfo:
         nvlink_active=_nvlinks(nvml, h),
         processes=procs,
         fabric=_fabric(nvml, h),
+        vbios=as_text(get("nvmlDeviceGetVbiosVersion")),
+        power_limit_mw=get("nvmlDeviceGetPowerManagementLimit"),
+        power_limit_default_mw=get("nvmlDeviceGetPowerManagementDefaultLimit"),
+        app_clocks_mhz=_pair(
+            get("nvmlDeviceGetApplicationsClock", CLOCK_GRAPHICS),
+            get("nvmlDeviceGetApplicationsClock", CLOCK_MEM),
+        ),
+        app_clocks_default_mhz=_pair(
+            get("nvmlDeviceGetDefaultApplicationsClock", CLOCK_GRAPHICS),
+            get("nvmlDeviceGetDefaultApplicationsClock", CLOCK_MEM),
+        ),
+        mig_mode=_mig(get("nvmlDeviceGetMigMode")),
+        pcie_replays=get("nvmlDeviceGetPcieReplayCounter"),
     )
+
+
+#: nvmlClockType_t (nvml.h): NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM.
+CLOCK_GRAPHICS, CLOCK_MEM = 0, 2
+
+
+def _pair(a: Val, b: Val) -> Val:
+    for v in (a, b):
+        if isinstance(v, Unavailable):
+            return v
+    return int(a), int(b)
+
+
+def _mig(v: Val) -> Val:
+    """nvmlDeviceGetMigMode's (current, pending), each NVML_DEVICE_MIG_ENABLE (1) or _DISABLE (0)."""
+    if isinstance(v, Unavailable):
+        return v
+    try:
+        return int(v[0]), int(v[1])
+    except (TypeError, ValueError, IndexError):
+        return Unavailable(ERROR, f"nvmlDeviceGetMigMode answered {str(v)[:40]}")
 
 
 #: NVML_NVLINK_MAX_LINKS (nvml.h): links are numbered 0 to 17.

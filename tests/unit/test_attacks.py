@@ -9,8 +9,9 @@ Every one must:
 - print no Python traceback on stdout or stderr;
 - leave no process behind: each run carries a marker of its own in its environment (``HOSTCHECK_ATTACK=<uuid>``),
   which everything it starts inherits, and no live process may carry it once the run is over;
-- touch no file of its folder other than the report paths its row declares (a listing with types, sizes,
-  modes, inodes and mtimes, before and after), and leave /dev/full a character device.
+- touch no file of its folder other than the report paths its row declares and its state folder (``state/``, where
+  ``--state-file`` keeps the hardware counters between runs) (a listing with types, sizes, modes, inodes and
+  mtimes, before and after), and leave /dev/full and /dev/zero character devices.
 
 Where torch is not the point, the training Python is a tiny fake one (this interpreter with ``-S``: the real
 probe, no site-packages, so no torch and no PIL) and the checks are ``--quick --only system,tuning``: a run
@@ -77,6 +78,8 @@ class Ctx:
         self.home = self.root / "home"
         self.env_file = self.root / "training.env"
         self.env_file.write_text("OMP_NUM_THREADS=2\n")
+        # The hardware counters between runs: in the folder, never in the machine's /var/lib/hostcheck.
+        self.state = self.root / "state" / "state.json"
         # The tiny training Python: the real probe runs in it, without site-packages (no torch, no PIL).
         self.python = self.script("python", f'exec {self.interp} -S "$@"\n')
 
@@ -111,9 +114,11 @@ class Ctx:
         python: str | None = None,
         env_file: bool = True,
         json_out: bool = False,
+        state: str | None = None,
     ) -> list[str]:
         """check's options for a quick run against this folder, then ``extra``."""
         argv = ["--quick", "--facts-dir", str(self.facts), "--python", python or self.python]
+        argv += ["--state-file", state or str(self.state)]
         if only:
             argv += ["--only", only]
         if env_file:
@@ -843,6 +848,75 @@ def _as_nobody_report_in_roots_folder(c: Ctx) -> Run:
     )
 
 
+# --- the hardware state file and the host root (system.E006-E010) -------------------------------------------
+# The state file is input anyone with root could have replaced: it is read through the one bounded reader (never
+# blocked on, never followed into a device) and replaced atomically; what cannot be used is system.E010's warning.
+
+HARDWARE = "system.E006,system.E007,system.E008,system.E009,system.E010"
+
+
+def _state_run(c: Ctx, state: str, *words: str, reports: tuple[str, ...] = ()) -> Run:
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "system.E010")
+        assert status == "warn" and all(w in message for w in words), (status, message)
+        assert {cid for cid, r in o.checks().items() if r["status"] == "error"} == set(), o.checks()
+
+    return Run(c.base(only=HARDWARE, json_out=True, state=state), JUDGED, reports=reports, check=check)
+
+
+def _state_fifo(c: Ctx) -> Run:
+    return _state_run(c, _mkfifo(c, "state.fifo"), "not a regular file", reports=("state.fifo",))
+
+
+def _state_dev_zero(c: Ctx) -> Run:
+    os.symlink("/dev/zero", c.p("zero.json"))
+    return _state_run(c, c.p("zero.json"), "not a regular file", reports=("zero.json",))
+
+
+def _state_garbage(c: Ctx) -> Run:
+    Path(c.p("garbage.json")).write_bytes(b"\x00{[\xff" * 1000)
+    return _state_run(c, c.p("garbage.json"), "not JSON", reports=("garbage.json",))
+
+
+def _state_huge(c: Ctx) -> Run:
+    return _state_run(c, _sparse(c.p("huge.json"), 4 << 30, b"{"), "bytes", reports=("huge.json",))
+
+
+def _state_folder_is_a_file(c: Ctx) -> Run:
+    Path(c.p("notadir")).write_text("")
+    return _state_run(c, c.p("notadir/state.json"), "not kept")
+
+
+def _state_unwritable_as_nobody(c: Ctx) -> Run:
+    return _state_run(c, c.p("rootonly/state.json"), "not kept")
+
+
+def _host_root_hostile(c: Ctx) -> Run:
+    """A host root whose counters are a FIFO, a huge file and garbage: read without blocking, judged, never an
+    internal error."""
+    mc = c.root / "host/sys/devices/system/edac/mc/mc0"
+    mc.mkdir(parents=True)
+    os.mkfifo(mc / "ce_count")
+    _sparse(str(mc / "ue_count"), 4 << 30)
+    dev = c.root / "host/sys/bus/pci/devices/0000:18:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "class").write_text("0x030200\n")
+    (dev / "aer_dev_fatal").write_bytes(b"TOTAL_ERR_FATAL " + b"9" * 5000)
+    os.mkfifo(dev / "aer_dev_correctable")
+    (c.root / "host/proc/77").mkdir(parents=True)
+    (c.root / "host/proc/77/stat").write_text("77 (x) D " + "9" * 100000)
+
+    def check(o: Outcome) -> None:
+        statuses = {cid: r["status"] for cid, r in o.checks().items()}
+        assert "error" not in statuses.values(), statuses
+        # Nothing readable is nothing judged: said, never a pass or a fail.
+        assert statuses["system.E006"] == statuses["system.E009"] == "skip", statuses
+
+    argv = c.base("--host-root", c.p("host"), only=HARDWARE, json_out=True)
+    return Run(argv, JUDGED, check=check)
+
+
 def _only_ids(*ids: str) -> Callable[[Outcome], None]:
     def check(o: Outcome) -> None:
         assert sorted(o.checks()) == sorted(ids), sorted(o.checks())
@@ -1049,7 +1123,7 @@ ATTACKS = [
         lambda c: Run(
             c.base(only="SYSTEM", json_out=True),
             JUDGED,
-            check=_only_ids("system.E001", "system.E002", "system.E003", "system.E004", "system.E005"),
+            check=_only_ids(*(f"system.E{n:03d}" for n in range(1, 11))),
         ),
     ),
     A(
@@ -1252,6 +1326,14 @@ ATTACKS = [
     # An unprivileged user.
     A("user-nobody-run", _as_nobody, user="nobody"),
     A("user-nobody-report-in-roots-folder", _as_nobody_report_in_roots_folder, user="nobody"),
+    # The hardware counters' state file and the host root.
+    A("state-file-fifo", _state_fifo),
+    A("state-file-symlink-to-dev-zero", _state_dev_zero),
+    A("state-file-garbage-json", _state_garbage),
+    A("state-file-huge-sparse", _state_huge),
+    A("state-folder-is-a-file", _state_folder_is_a_file),
+    A("state-folder-unwritable-as-nobody", _state_unwritable_as_nobody, user="nobody"),
+    A("host-root-counters-fifo-huge-garbage", _host_root_hostile),
 ]
 
 
@@ -1599,9 +1681,10 @@ def test_attack(
         for d in (ctx.tmp, ctx.home):
             os.chown(d, 65534, 65534)
     run = attack.build(ctx)
-    allowed = {os.path.normpath(r) for r in run.reports}
+    allowed = {os.path.normpath(r) for r in run.reports} | {"state"}
     before = listing(root)
     devfull = os.lstat("/dev/full")
+    devzero = os.lstat("/dev/zero")
     since = _ticks_now()
 
     outcomes = execute(ctx, run, since)
@@ -1612,6 +1695,7 @@ def test_attack(
     _kill([pid for pid, _ in left])
     assert not left, f"processes outlived the run: {left}"
     assert stat.S_ISCHR(os.lstat("/dev/full").st_mode) and os.lstat("/dev/full").st_rdev == devfull.st_rdev
+    assert stat.S_ISCHR(os.lstat("/dev/zero").st_mode) and os.lstat("/dev/zero").st_rdev == devzero.st_rdev
     after = listing(root)
     touched = sorted(
         k

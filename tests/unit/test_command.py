@@ -110,8 +110,8 @@ def test_only_and_skip_limit_checks_and_gatherers(use_scenario, capsys):
     rc, doc = run_json(capsys, "--skip", "gpu.E007")
     assert rc == 0 and "gpu.E007" not in {c["id"] for c in doc["checks"]}
     rc, doc = run_json(capsys, "--only", "system")
-    # datapath: system.E005's dataset storage.
-    assert seen["needs"] <= {"system", "torch", "facts", "datapath"}
+    # datapath: system.E005's dataset storage; hardware: system.E006-E010 (EDAC, MCE, D state, AER).
+    assert seen["needs"] <= {"system", "torch", "facts", "datapath", "hardware"}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,121 @@
+"""Counters kept between runs, so a check can say "rising since the last run".
+
+One small JSON file (``/var/lib/hostcheck/state.json`` by default; ``--state-file`` or ``[hardware] state_file``)
+holds the last value of every counter, grouped by namespace (``edac``, ``aer``, ``pcie_replay``, ``dstate``; the
+fabric's port counters can add theirs). Anyone with root could have put anything there, so it is read through the
+one bounded reader (:func:`hostcheck.gather.facts.read_fact`: no FIFO, no device, no endless file) and written
+through the one atomic writer (:func:`hostcheck.outfile.write_atomic`). A state that cannot be read is no history
+(the run records a baseline and says why); one that cannot be written is kept as an error for system.E010 to
+report, never a crash. A counter that went down (a reboot, a driver reload) starts a new baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostcheck.gather.base import ERROR, Unavailable
+from hostcheck.gather.facts import read_fact
+from hostcheck.outfile import write_atomic
+
+DEFAULT_STATE_FILE = "/var/lib/hostcheck/state.json"
+SCHEMA = 1
+#: Counters per namespace kept at most: a node has tens of devices, not thousands.
+MAX_KEYS = 4096
+
+FIRST, SAME, RISING, RESET = "first", "same", "rising", "reset"
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One counter against its last recorded value."""
+
+    kind: str  # FIRST (no history), SAME, RISING, RESET (it went down: a new baseline)
+    value: int
+    previous: int | None = None
+
+    @property
+    def delta(self) -> int:
+        return self.value - self.previous if self.kind == RISING and self.previous is not None else 0
+
+
+@dataclass(frozen=True)
+class CounterState:
+    """The last run's counters (as read) and what happened to this run's."""
+
+    path: str = DEFAULT_STATE_FILE
+    #: namespace -> key -> value, from the last run; {} on a first run.
+    previous: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: When the last run took them (seconds since the epoch), or None.
+    previous_at: float | None = None
+    #: Why the state file could not be used (it was then ignored: a new baseline), or None.
+    read_error: Unavailable | None = None
+    #: Why this run's counters could not be kept, or None.
+    write_error: Unavailable | None = None
+    #: True when there was no state file at all.
+    first_run: bool = False
+
+    def trend(self, namespace: str, key: str, value: int) -> Trend:
+        prev = self.previous.get(namespace, {}).get(key)
+        if prev is None:
+            return Trend(FIRST, value)
+        if value < prev:
+            return Trend(RESET, value, prev)
+        return Trend(RISING if value > prev else SAME, value, prev)
+
+    def elapsed_s(self, now: float) -> float | None:
+        return None if self.previous_at is None else max(0.0, now - self.previous_at)
+
+
+def _counters(raw: Any) -> dict[str, dict[str, int]]:
+    """The namespaces of a parsed state, with every value that is not a sane counter dropped."""
+    out: dict[str, dict[str, int]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for ns, values in list(raw.items())[:64]:
+        if not isinstance(ns, str) or not isinstance(values, dict):
+            continue
+        good = {
+            k: v
+            for k, v in list(values.items())[:MAX_KEYS]
+            if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63
+        }
+        out[ns] = good
+    return out
+
+
+def load_state(path: str) -> CounterState:
+    text = read_fact(path)
+    if text is None:
+        return CounterState(path=path, first_run=True)
+    if isinstance(text, Unavailable):
+        return CounterState(path=path, read_error=text)
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return CounterState(path=path, read_error=Unavailable(ERROR, f"{path} is not JSON: {str(exc)[:80]}"))
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        return CounterState(path=path, read_error=Unavailable(ERROR, f"{path} is not a hostcheck state file"))
+    at = doc.get("taken_at")
+    ok_at = isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) and at >= 0
+    return CounterState(path=path, previous=_counters(doc.get("counters")), previous_at=at if ok_at else None)
+
+
+def save_state(state: CounterState, current: dict[str, dict[str, int]], now: float) -> CounterState:
+    """Keep ``current`` (the namespaces this run read; the others keep their last values) and return the state
+    with the write's error, if any."""
+    merged = {ns: dict(v) for ns, v in state.previous.items()}
+    merged.update({ns: dict(v) for ns, v in current.items()})
+    doc = {"schema": SCHEMA, "taken_at": now, "counters": merged}
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(state.path)), mode=0o755, exist_ok=True)
+        write_atomic(state.path, json.dumps(doc, sort_keys=True, indent=1) + "\n")
+    except OSError as exc:
+        why = Unavailable(ERROR, f"{state.path} not written: {exc.strerror or exc}")
+        return CounterState(
+            state.path, state.previous, state.previous_at, state.read_error, why, state.first_run
+        )
+    return state
