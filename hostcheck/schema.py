@@ -28,8 +28,9 @@ _TYPES = {
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    # NaN and infinity are no numbers; an int is finite however large (math.isfinite cannot take 10**400).
     "number": lambda v: (
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # NaN is no number
+        (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
     ),
 }
 
