@@ -36,7 +36,8 @@ DESCRIPTION = (
 )
 EPILOG = (
     "Exit code: the command's own (128+N when signal N killed it, 0 when --seconds stopped it, 127/126 when it "
-    "could not start); 2 for hostcheck's usage errors, before the command starts. Docs: docs/job.md."
+    "could not start); 2 for hostcheck's usage errors, before the command starts; 129/130/143 when hostcheck itself "
+    "gets SIGHUP/SIGINT/SIGTERM (passed on to the command, SIGKILL after --grace). Docs: docs/job.md."
 )
 
 
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             raise ArgumentError(None, f"cannot create a temporary folder: {exc.strerror or exc}") from None
     os.chmod(run_dir, 0o700)
     try:
-        # SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
+        # SIGHUP/SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
         obs = observe(cmd, run_dir, seconds=args.seconds, interval=args.interval, grace=args.grace)
         hooks = read_run(run_dir)
     finally:
