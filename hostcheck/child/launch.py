@@ -238,6 +238,18 @@ class _Reaper:
 
 _REAPER = _Reaper()
 
+
+def remove_at_death(folder: str) -> None:
+    """Have the reaper remove ``folder`` (a private temporary folder this run made) should hostcheck die before it
+    does so itself; :func:`removed` once it has."""
+    _REAPER.ensure()
+    _REAPER.say("d " + os.fsencode(os.path.abspath(folder)).hex())
+
+
+def removed(folder: str) -> None:
+    _REAPER.say("u " + os.fsencode(os.path.abspath(folder)).hex())
+
+
 #: Every launch still running, by token. kill_all (a signal handler) ends them all.
 _LIVE: dict[str, Launch] = {}
 _LIVE_LOCK = threading.Lock()

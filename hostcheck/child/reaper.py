@@ -12,7 +12,9 @@ carries a registered token (what left the groups), then exits. A clean run ends 
 at its exit there is nothing left to kill.
 
 Lines on standard input: ``+ TOKEN PID TICKS`` (a child started: PID leads its own process group, TICKS is its
-start time in clock ticks since boot) and ``- TOKEN`` (that launch ended: its children are reaped and swept).
+start time in clock ticks since boot), ``- TOKEN`` (that launch ended: its children are reaped and swept), and
+``d HEX`` / ``u HEX`` (a private temporary folder, its path hex-encoded, to remove if hostcheck dies before it
+does so itself / removed: forget it). ``hostcheck job``'s records folder is one.
 
 Standard library only, and importing nothing of hostcheck: it runs as a script (``python -I -S reaper.py``),
 which starts in milliseconds. hostcheck.child.launch imports the sweep from here: one way to find and kill
@@ -87,34 +89,56 @@ def kill_group(pid: int, ticks: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def reap(live: dict[str, dict]) -> None:
+def reap(live: dict[str, dict], folders: set[str]) -> None:
     """Kill what every registered launch left: its children's groups, then what carries its token (twice: a
-    process forking as the first sweep ran is caught by the second)."""
-    if not live:  # a clean run ended every launch
+    process forking as the first sweep ran is caught by the second); remove the registered folders before (so
+    that they are gone by the time the children are) and after each round (what a dying child still wrote)."""
+    if not live and not folders:  # a clean run ended every launch
         return
+    remove(folders)
     for rounds in range(2):
         for token, launch in live.items():
             for pid, ticks in launch["children"]:
                 kill_group(pid, ticks)
             kill_by_token(token, launch["since"])
+        remove(folders)
         if rounds == 0:
             time.sleep(0.2)
+
+
+def remove(folders: set[str]) -> None:
+    """Remove the folders hostcheck left (after the kill: nothing writes into them any more). shutil's rmtree
+    does not follow symbolic links out of the folder."""
+    if not folders:
+        return
+    import shutil  # only here: a clean run never needs it, and the reaper starts faster without
+
+    for folder in folders:
+        if os.path.isabs(folder):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(stream=None) -> int:
     """Read the launches from ``stream`` (standard input) until it ends, then kill what they left."""
     stream = sys.stdin.buffer if stream is None else stream
     live: dict[str, dict] = {}
+    folders: set[str] = set()
     for raw in stream:
         words = raw.decode("ascii", "replace").split()
-        if len(words) == 4 and words[0] == "+" and words[2].isdigit() and words[3].isdigit():
+        if len(words) == 2 and words[0] in ("d", "u"):
+            try:
+                folder = bytes.fromhex(words[1]).decode("utf-8", "surrogateescape")
+            except ValueError:
+                continue
+            (folders.add if words[0] == "d" else folders.discard)(folder)
+        elif len(words) == 4 and words[0] == "+" and words[2].isdigit() and words[3].isdigit():
             pid, ticks = int(words[2]), int(words[3])
             launch = live.setdefault(words[1], {"since": ticks, "children": []})
             launch["since"] = min(launch["since"], ticks)
             launch["children"].append((pid, ticks))
         elif len(words) == 2 and words[0] == "-":
             live.pop(words[1], None)
-    reap(live)
+    reap(live, folders)
     return 0
 
 

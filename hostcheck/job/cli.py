@@ -19,6 +19,7 @@ import tempfile
 from argparse import ArgumentError
 
 from hostcheck.argtypes import seconds
+from hostcheck.child.launch import remove_at_death, removed
 from hostcheck.gather.datapath import describe_dir, read_mounts
 from hostcheck.job.analyse import Analysis, analyse
 from hostcheck.job.observe import observe
@@ -106,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ArgumentError(None, f"cannot create a temporary folder: {exc.strerror or exc}") from None
     os.chmod(run_dir, 0o700)
+    if keep is None:  # SIGKILL cannot be caught: the reaper removes the folder then
+        remove_at_death(run_dir)
     try:
         # SIGHUP/SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
         obs = observe(cmd, run_dir, seconds=args.seconds, interval=args.interval, grace=args.grace)
@@ -113,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if keep is None:
             shutil.rmtree(run_dir, ignore_errors=True)
+            removed(run_dir)
     dirs = list(args.data_dir or [])
     for h in hooks:
         for it in h.iterators:

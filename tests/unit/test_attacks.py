@@ -693,8 +693,6 @@ def _signalled(command: str, sig: int) -> Callable[[Ctx], Run]:
                 "-c",
                 "setsid sleep 300 & exec sleep 300",
             ]
-            # SIGKILL cannot be caught: the job's records folder (mkdtemp, mode 0700) stays in TMPDIR.
-            reports = ("tmp",) if sig == signal.SIGKILL else ()
         else:
             argv = ["fleet", _fleet_reports(c)]
             reports, when = ("reports",), "handling"

@@ -352,3 +352,18 @@ run_child([{str(hung)!r}], timeout=300)
         owner.kill()
         for pid in carriers():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_reaper_removes_a_registered_folder_unless_told_it_is_gone(tmp_path):
+    from hostcheck.child import reaper
+
+    kept, left = tmp_path / "kept", tmp_path / "left behind"
+    for d in (kept, left):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "record.jsonl").write_text("{}\n")
+    (left / "link").symlink_to(kept)  # followed by nobody: what it points to stays
+    lines = [f"d {os.fsencode(d).hex()}\n".encode() for d in (kept, left)] + [
+        f"u {os.fsencode(kept).hex()}\n".encode()
+    ]
+    assert reaper.main(iter([*lines, b"d not-hex\n", b"d " + b"relative".hex().encode() + b"\n"])) == 0
+    assert not left.exists() and (kept / "sub" / "record.jsonl").is_file()
