@@ -192,12 +192,14 @@ def child_env(env_overrides: dict | None = None) -> dict[str, str]:
 class _Reaper:
     """This process's reaper (hostcheck.child.reaper), started at the first child; what it is told goes over its
     standard input, whose end of file (hostcheck gone, however) makes it kill what is still registered. When it
-    cannot start or has gone, children run as before: only the SIGKILL case loses its safety net."""
+    cannot start or has gone, children run as before: only the SIGKILL case loses its safety net (a new reaper
+    knows only the children started after it; after three failed starts, under tight limits, none is tried)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._owner = 0  # the pid that started it: a forked copy of hostcheck starts its own
+        self._starts = 0
 
     def _start(self) -> subprocess.Popen | None:
         if not sys.executable or not os.path.isfile(reaper.__file__):
@@ -219,8 +221,11 @@ class _Reaper:
     def ensure(self) -> None:
         """Start the reaper now, before the child it must outlive hostcheck for."""
         with self._lock:
-            if self._proc is None or self._owner != os.getpid() or self._proc.poll() is not None:
-                self._proc, self._owner = self._start(), os.getpid()
+            if self._owner != os.getpid():
+                self._proc, self._owner, self._starts = None, os.getpid(), 0
+            if (self._proc is None or self._proc.poll() is not None) and self._starts < 3:
+                self._starts += 1
+                self._proc = self._start()
 
     def say(self, line: str) -> None:
         with self._lock:
