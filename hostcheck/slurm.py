@@ -34,8 +34,10 @@ DATA_PATH = Path(__file__).resolve().parent / "data" / "slurm_states.json"
 SERVE, DRAIN, LEAVE = "serve", "drain", "leave"
 _ACTIONS = (SERVE, DRAIN, LEAVE)
 _ROW_KEYS = {"name", "kind", "action", "meaning", "source"}
-# scontrol's own stamp after the first line of a reason: " [user@2026-11-24T10:05:00]".
-_STAMP = re.compile(r" \[[^\s\[\]@]+@[^\[\]]+\]")
+# scontrol's own stamp after the first line of a reason: " [user@2026-11-24T10:05:00]" (the first such one), or
+# in another SLURM_TIME_FORMAT " [user@anything]" (the last one).
+_STAMP = re.compile(r" \[[^\s\[\]@]+@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\]")
+_ANY_STAMP = re.compile(r" \[[^\s\[\]@]+@[^\[\]]+\]")
 _STATE = re.compile(r"(?:^| )State=(\S+)")
 
 
@@ -117,10 +119,6 @@ class NodeState:
         return any(f.startswith("DRAIN") for f in self.flags)
 
     @property
-    def down(self) -> bool:
-        return "DOWN" in self.flags
-
-    @property
     def not_ours(self) -> tuple[str, ...]:
         """The states that are someone else's (the table's ``leave``), and any the table does not know."""
         return tuple(f for f in self.flags if f not in STATES or STATES[f].action == LEAVE)
@@ -151,16 +149,16 @@ def parse_node(text: str, name: str) -> NodeState | None:
     """The state and reason from ``scontrol -o show node NAME`` (one line), or None when it says nothing.
 
     The reason is the last field but Comment= and Extra=, and scontrol stamps its first line with
-    `` [user@time]``: it runs from ``Reason=`` to the last such stamp, whatever it holds (`` Word=`` included)."""
+    `` [user@time]``: it runs from ``Reason=`` to that stamp, whatever it holds (`` Word=`` included)."""
     line = next((ln for ln in text.splitlines() if ln.startswith(f"NodeName={name} ")), "")
     at = line.find(" Reason=")
     head, rest = (line, "") if at < 0 else (line[:at], line[at + len(" Reason=") :])
     m = _STATE.search(head)
     if not m:
         return None
-    stamps = list(_STAMP.finditer(rest))
-    if stamps:
-        reason = rest[: stamps[-1].start()]
+    stamp = _STAMP.search(rest) or next(reversed(list(_ANY_STAMP.finditer(rest))), None)
+    if stamp:
+        reason = rest[: stamp.start()]
     else:  # a reason without its stamp: up to the optional fields that follow it
         ends = [i for i in (rest.find(" Comment="), rest.find(" Extra=")) if i >= 0]
         reason = rest[: min(ends)] if ends else rest

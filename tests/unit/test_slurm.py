@@ -231,8 +231,13 @@ def test_a_reason_is_kept_whole_whatever_it_holds():
     st = slurm.parse_node(show("IDLE+FAIL", weird), "n1")
     assert st.reason == weird and st.flags == ("IDLE", "FAIL")
     # Comment= and Extra= follow the reason's stamp.
-    line = show("IDLE+DRAIN", "hostcheck: gpu.E005 x Extra=1") + " Comment=hello [x@y] Extra=z"
-    assert slurm.parse_node(line, "n1").reason.startswith("hostcheck: gpu.E005 x Extra=1")
+    line = (
+        show("IDLE+DRAIN", "hostcheck: gpu.E005 x Extra=1") + " Comment=hello [x@2026-01-01T00:00:00] Extra=z"
+    )
+    assert slurm.parse_node(line, "n1").reason == "hostcheck: gpu.E005 x Extra=1"
+    # Another SLURM_TIME_FORMAT: the stamp is still found.
+    other = show("IDLE+FAIL", "PSU [a b] x").replace("2026-11-24T10:05:00", "24 Nov 10:05")
+    assert slurm.parse_node(other, "n1").reason == "PSU [a b] x"
     # Without its stamp (no time recorded), the reason runs to the optional fields.
     no_stamp = LINE.format(n="n1", state="DOWN", reason=" Reason=Not responding Comment=rack 7")
     assert slurm.parse_node(no_stamp, "n1").reason == "Not responding"
