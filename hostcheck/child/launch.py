@@ -258,6 +258,9 @@ def removed(folder: str) -> None:
 #: Every launch still running, by token. kill_all (a signal handler) ends them all.
 _LIVE: dict[str, Launch] = {}
 _LIVE_LOCK = threading.Lock()
+#: Starts under way (between their check of _CLOSED and their registration), and kill_all's wait for them.
+_STARTING = [0]
+_STARTED = threading.Condition(_LIVE_LOCK)
 #: Set by kill_all: a thread still running a suite must not start the next child after the run was ended.
 _CLOSED = threading.Event()
 #: Why a child asked for after kill_all was not started.
@@ -286,8 +289,18 @@ class Launch:
         new session, in ``cwd`` (default /); ``popen``: stdin, stdout, stderr, bufsize. The started
         ``subprocess.Popen``, or None when the launcher is closed (kill_all): then nothing is left running.
         Raises OSError when the program cannot be started."""
-        if _CLOSED.is_set():
-            return None
+        with _LIVE_LOCK:
+            if _CLOSED.is_set():
+                return None
+            _STARTING[0] += 1
+        try:
+            return self._start(argv, env, cwd, popen)
+        finally:
+            with _LIVE_LOCK:
+                _STARTING[0] -= 1
+                _STARTED.notify_all()
+
+    def _start(self, argv: Sequence[str], env: dict | None, cwd: str | None, popen: dict[str, Any]):
         popen.setdefault("stdin", subprocess.DEVNULL)
         _REAPER.ensure()
         p = subprocess.Popen(
@@ -300,13 +313,13 @@ class Launch:
         ticks = start_ticks(p.pid)
         if self.since is None:
             self.since = ticks
-        if ticks is not None:
-            _REAPER.say(f"+ {self.token} {p.pid} {ticks}")
         with _LIVE_LOCK:
             refused = _CLOSED.is_set()  # kill_all ran while it started: it must not outlive the run
             if not refused:
                 self.procs.append(p)
                 _LIVE[self.token] = self
+        if ticks is not None:
+            _REAPER.say(f"+ {self.token} {p.pid} {ticks}")
         if refused:
             stop(p)
             self.sweep()
@@ -343,12 +356,19 @@ class Launch:
 def kill_all() -> int:
     """SIGKILL every running launch (its process groups, then what carries its token) and refuse new ones
     until :func:`reopen`; how many processes were signalled. For SIGHUP/SIGINT/SIGTERM: the launches' own threads
-    may never get to clean up."""
+    may never get to clean up.
+
+    A child whose start was under way (forked, not yet registered) is not in the registry yet: its thread finds
+    the launcher closed and ends it. kill_all waits for those threads (at most :data:`KILL_WAIT_S` + 1 s), since
+    the process may exit right after it and take a thread that has not run yet with it."""
     with _LIVE_LOCK:
         _CLOSED.set()
         live = list(_LIVE.values())
         _LIVE.clear()
-    return sum(launch.kill() for launch in live)
+    killed = sum(launch.kill() for launch in live)
+    with _STARTED:
+        _STARTED.wait_for(lambda: _STARTING[0] == 0, timeout=KILL_WAIT_S + 1.0)
+    return killed
 
 
 def run_child(

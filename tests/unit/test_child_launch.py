@@ -367,3 +367,34 @@ def test_the_reaper_removes_a_registered_folder_unless_told_it_is_gone(tmp_path)
     ]
     assert reaper.main(iter([*lines, b"d not-hex\n", b"d " + b"relative".hex().encode() + b"\n"])) == 0
     assert not left.exists() and (kept / "sub" / "record.jsonl").is_file()
+
+
+def test_kill_all_waits_for_a_child_whose_start_was_under_way(monkeypatch):
+    """SIGTERM while a worker thread has forked a child but not yet registered it: kill_all returns only once
+    that thread has found the launcher closed and ended its child (the process may exit right after)."""
+    import threading
+
+    real_popen, forked, started = subprocess.Popen, threading.Event(), []
+
+    def slow_popen(argv, **kwargs):
+        p = real_popen(argv, **kwargs)
+        if argv[0] != "sleep":  # the reaper
+            return p
+        started.append(p)
+        forked.set()
+        time.sleep(0.5)  # the thread is not scheduled for a while
+        return p
+
+    monkeypatch.setattr(runner.subprocess, "Popen", slow_popen)
+    t = threading.Thread(target=lambda: runner.Launch().start(["sleep", "300"]), daemon=True)
+    try:
+        t.start()
+        assert forked.wait(10)
+        runner.kill_all()
+        (p,) = started
+        assert p.returncode is not None or not _alive(p.pid), "kill_all returned with the child still running"
+    finally:
+        runner.reopen()
+        for p in started:
+            p.kill()
+            p.wait()
