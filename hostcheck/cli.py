@@ -42,7 +42,7 @@ DESCRIPTION = (
     "Check a gpunode GPU node after provisioning: versions, GPU health, host tuning. "
     "Prints a readiness score 0-100 and a fix for every shortfall."
 )
-EPILOG = "Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 130/143 SIGINT/SIGTERM. Docs: docs/hostcheck.md."
+EPILOG = "Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 129/130/143 SIGHUP/SIGINT/SIGTERM. Docs: docs/hostcheck.md."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

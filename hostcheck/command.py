@@ -10,7 +10,7 @@ A subcommand is a module with ``SUMMARY`` (its line in the command list), ``DESC
 and name it in :data:`SUBCOMMANDS`. What surrounds ``run`` is done here, the same for every subcommand:
 
 - exit codes: ``0`` ready (or: it ran), ``1`` not ready (or: nothing measured), ``2`` usage or environment
-  error, ``128 + N`` when signal N ended the run (SIGINT 130, SIGTERM 143);
+  error, ``128 + N`` when signal N ended the run (SIGHUP 129, SIGINT 130, SIGTERM 143);
 - usage errors: argparse's (:meth:`Parser.error` raises :class:`UsageError`) and a subcommand's, which raises
   ``argparse.ArgumentError(None, message)`` (the standard library's class, so that no subcommand imports this
   module, which imports them all), are one line ``<prog>: error: <message> (see --help)`` and exit 2. argparse
@@ -18,10 +18,11 @@ and name it in :data:`SUBCOMMANDS`. What surrounds ``run`` is done here, the sam
 - standard output: a write that fails (``>/dev/full``, a full disk), ``--help`` and ``--version`` included, is
   one line and exit 2; when its reader left (``| head``) the rest goes to /dev/null and the command's exit code
   stands. Standard output is flushed before the exit code is decided;
-- SIGINT and SIGTERM: raised in the main thread as :class:`Signalled`, a KeyboardInterrupt, so that what a
-  subcommand cleans up on Ctrl-C it cleans up on SIGTERM too (bench ends its workers and prints what it
-  measured). Then every child still running is killed (:func:`hostcheck.child.launch.kill_all`) and the run
-  ends with ``128 + N``;
+- SIGHUP, SIGINT and SIGTERM: raised in the main thread as :class:`Signalled`, a KeyboardInterrupt, so that what
+  a subcommand cleans up on Ctrl-C it cleans up on SIGTERM and on a hang-up too (bench ends its workers and
+  prints what it measured, job ends its command and removes its records folder). Then every child still running
+  is killed (:func:`hostcheck.child.launch.kill_all`) and the run ends with ``128 + N``. SIGKILL cannot be
+  caught: the children end then too, by the reaper (:mod:`hostcheck.child.reaper`);
 - internal errors: one sentence and exit 2; with ``--debug``, the traceback first.
 
 Without a command the top level takes check's options, so ``hostcheck --json`` is ``hostcheck check --json``.
@@ -56,6 +57,8 @@ SUBCOMMANDS: dict[str, ModuleType] = {"check": cli, "bench": bench_cli, "fleet":
 DEFAULT = "check"
 #: The namespace attribute that holds the command's name (None at the top level until one is named).
 COMMAND_DEST = "command"
+#: The signals that end a run of any command as Ctrl-C does (a closed terminal or ssh session: SIGHUP), exit 128 + N.
+SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
 #: Options of every parser, the top level's and each command's: they may come before a command's name.
 GLOBAL_DESTS = ("debug",)
 
@@ -83,7 +86,7 @@ class OutputError(OSError):
 
 
 class Signalled(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived: the run ends, its children with it.
+    """SIGHUP, SIGINT or SIGTERM arrived: the run ends, its children with it.
 
     A KeyboardInterrupt so that a subcommand's Ctrl-C clean-up (bench: its workers ended, what was measured
     printed) runs for SIGTERM too."""
@@ -154,7 +157,7 @@ def build_parser() -> Parser:
     parser = Parser(
         prog=PROG,
         description=f"{default.DESCRIPTION} Without a COMMAND, hostcheck runs `{DEFAULT}` with the options given.",
-        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 130/143 SIGINT/SIGTERM. "
+        epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 129/130/143 SIGHUP/SIGINT/SIGTERM. "
         "Docs: docs/hostcheck.md. "
         "`hostcheck bench --help`: measure what each CPU-side tuning buys (docs/bench.md). "
         "`hostcheck fleet --help`: one page from many nodes' reports (docs/fleet.md). "
@@ -249,7 +252,7 @@ class _Stdout:
 
 
 class _Signals:
-    """SIGINT and SIGTERM for one run: remembered, and raised as Signalled while ``armed``."""
+    """SIGHUP, SIGINT and SIGTERM for one run: remembered, and raised as Signalled while ``armed``."""
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -262,7 +265,7 @@ class _Signals:
             raise Signalled(signum)
 
     def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in SIGNALS:
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread (tests): leave the signals alone
@@ -374,7 +377,7 @@ def _usage_error(prog: str, message: str) -> int:
 
 
 def _interrupted(prog: str, signum: int, finished: bool) -> int:
-    """SIGINT/SIGTERM ended the run: every child still running killed (the threads that started them may never
+    """SIGHUP/SIGINT/SIGTERM ended the run: every child still running killed (the threads that started them may never
     get to it), one line, 128 + the signal's number."""
     killed = kill_all()
     name = signal.Signals(signum).name

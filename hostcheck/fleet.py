@@ -39,7 +39,7 @@ DESCRIPTION = (
 )
 EPILOG = (
     "A node named by --expect without a readable report counts as not ready. Exit codes: 0 every node "
-    "ready, 1 any not ready, 2 usage error or no reports. Docs: docs/fleet.md."
+    "ready, 1 any not ready, 2 usage error or no reports, 129/130/143 SIGHUP/SIGINT/SIGTERM. Docs: docs/fleet.md."
 )
 
 

@@ -58,8 +58,8 @@ DESCRIPTION = (
 )
 EPILOG = (
     f"Comparisons: {', '.join(TUNINGS)}. Exit codes: 0 ran (also when a tuning hurts), "
-    "1 nothing could be measured, 2 usage or environment error, 130/143 SIGINT/SIGTERM (after printing what "
-    "was measured). Docs: docs/bench.md"
+    "1 nothing could be measured, 2 usage or environment error, 129/130/143 SIGHUP/SIGINT/SIGTERM (after "
+    "printing what was measured). Docs: docs/bench.md"
 )
 
 

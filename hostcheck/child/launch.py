@@ -9,8 +9,10 @@ lines ``HOSTCHECK_WORKLOAD_JSON:{...}``; every such line is a record, so what a 
 hung or crashed is kept.
 
 :class:`Launch` is the one way a child starts (here, and for the long-lived workers of hostcheck.child.session):
-each launch is tracked in a live registry until it ends, so :func:`kill_all` (SIGINT/SIGTERM) reaches every
-child, its group and what carries its token, and no child starts after it until :func:`reopen`.
+each launch is tracked in a live registry until it ends, so :func:`kill_all` (SIGHUP/SIGINT/SIGTERM) reaches
+every child, its group and what carries its token, and no child starts after it until :func:`reopen`. Each start
+and end is also told to the run's reaper (hostcheck.child.reaper), a small process that kills what is left when
+hostcheck dies without cleaning up (SIGKILL).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -30,11 +33,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hostcheck.child import reaper
+
+# The one sweep (the reaper runs it too) and the token it looks for live in the reaper, which imports nothing.
+from hostcheck.child.reaper import TOKEN_VAR, kill_by_token, start_ticks
+
 MARKER = "HOSTCHECK_WORKLOAD_JSON:"
 #: How long to wait for a killed child to go; one stuck in the kernel (D state) is left behind.
 KILL_WAIT_S = 5.0
-#: Set in every child's environment, one value per launch: what outlives the child's group is found by it.
-TOKEN_VAR = "HOSTCHECK_RUN_TOKEN"
 TAIL_LINES = 20
 TAIL_CHARS = 2000
 
@@ -129,52 +135,6 @@ def stop(p: subprocess.Popen, wait_s: float | None = None) -> bool:
     return True
 
 
-def start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
-    """When a process started (clock ticks since boot, /proc/PID/stat field 22), or None if it is gone."""
-    try:
-        with open(f"{proc_root}/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def kill_by_token(token: str, since: int, proc_root: str = "/proc") -> list[int]:
-    """SIGKILL every process of ours started at or after ``since`` (clock ticks since boot) whose environment
-    carries ``TOKEN_VAR=token``; their pids.
-
-    Only those are read: reading a process's environment takes its memory lock, and one stuck in the kernel
-    (D state: a hung mount, a wedged driver) holds that lock for good, so an unfiltered sweep can hang on any
-    process of the node. /proc/PID/stat and the owner of /proc/PID need no such lock."""
-    needle = f"{TOKEN_VAR}={token}".encode()
-    uid = os.geteuid()
-    killed = []
-    try:
-        pids = [int(d) for d in os.listdir(proc_root) if d.isdigit()]
-    except OSError:
-        return killed
-    for pid in pids:
-        if pid == os.getpid():
-            continue
-        try:
-            if os.stat(f"{proc_root}/{pid}").st_uid != uid:
-                continue
-        except OSError:
-            continue
-        started = start_ticks(pid, proc_root)
-        if started is None or started < since:
-            continue
-        try:
-            with open(f"{proc_root}/{pid}/environ", "rb") as f:
-                env = f.read()
-        except OSError:  # gone, or another user's
-            continue
-        if needle in env.split(b"\0"):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-    return killed
-
-
 def _read(f) -> str:
     f.flush()
     f.seek(0)
@@ -229,9 +189,78 @@ def child_env(env_overrides: dict | None = None) -> dict[str, str]:
     return env
 
 
+class _Reaper:
+    """This process's reaper (hostcheck.child.reaper), started at the first child; what it is told goes over its
+    standard input, whose end of file (hostcheck gone, however) makes it kill what is still registered. When it
+    cannot start or has gone, children run as before: only the SIGKILL case loses its safety net (a new reaper
+    knows only the children started after it; after three failed starts, under tight limits, none is tried)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._owner = 0  # the pid that started it: a forked copy of hostcheck starts its own
+        self._starts = 0
+
+    def _start(self) -> subprocess.Popen | None:
+        if not sys.executable or not os.path.isfile(reaper.__file__):
+            return None
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-I", "-S", os.path.abspath(reaper.__file__)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                # It needs nothing from the environment, and carries nothing of the run's (tests count those).
+                env={},
+                start_new_session=True,
+            )
+        except (OSError, ValueError, MemoryError, RuntimeError):
+            return None
+
+    def ensure(self) -> None:
+        """Start the reaper now, before the child it must outlive hostcheck for."""
+        with self._lock:
+            if self._owner != os.getpid():
+                self._proc, self._owner, self._starts = None, os.getpid(), 0
+            if (self._proc is None or self._proc.poll() is not None) and self._starts < 3:
+                self._starts += 1
+                self._proc = self._start()
+
+    def say(self, line: str) -> None:
+        with self._lock:
+            p = self._proc
+            if p is None or p.stdin is None or self._owner != os.getpid():
+                return
+            try:
+                p.stdin.write(line.encode("ascii") + b"\n")
+                p.stdin.flush()
+            except (OSError, ValueError):  # it died: the next start gets a new one
+                with contextlib.suppress(OSError, ValueError):
+                    p.stdin.close()
+                self._proc = None
+
+
+_REAPER = _Reaper()
+
+
+def remove_at_death(folder: str) -> None:
+    """Have the reaper remove ``folder`` (a private temporary folder this run made) should hostcheck die before it
+    does so itself; :func:`removed` once it has."""
+    _REAPER.ensure()
+    _REAPER.say("d " + os.fsencode(os.path.abspath(folder)).hex())
+
+
+def removed(folder: str) -> None:
+    _REAPER.say("u " + os.fsencode(os.path.abspath(folder)).hex())
+
+
 #: Every launch still running, by token. kill_all (a signal handler) ends them all.
 _LIVE: dict[str, Launch] = {}
 _LIVE_LOCK = threading.Lock()
+#: Starts under way (between their check of _CLOSED and their registration), and kill_all's wait for them.
+_STARTING = [0]
+_STARTED = threading.Condition(_LIVE_LOCK)
 #: Set by kill_all: a thread still running a suite must not start the next child after the run was ended.
 _CLOSED = threading.Event()
 #: Why a child asked for after kill_all was not started.
@@ -260,9 +289,20 @@ class Launch:
         new session, in ``cwd`` (default /); ``popen``: stdin, stdout, stderr, bufsize. The started
         ``subprocess.Popen``, or None when the launcher is closed (kill_all): then nothing is left running.
         Raises OSError when the program cannot be started."""
-        if _CLOSED.is_set():
-            return None
+        with _LIVE_LOCK:
+            if _CLOSED.is_set():
+                return None
+            _STARTING[0] += 1
+        try:
+            return self._start(argv, env, cwd, popen)
+        finally:
+            with _LIVE_LOCK:
+                _STARTING[0] -= 1
+                _STARTED.notify_all()
+
+    def _start(self, argv: Sequence[str], env: dict | None, cwd: str | None, popen: dict[str, Any]):
         popen.setdefault("stdin", subprocess.DEVNULL)
+        _REAPER.ensure()
         p = subprocess.Popen(
             list(argv),
             env={**(env if env is not None else child_env()), TOKEN_VAR: self.token},
@@ -270,13 +310,16 @@ class Launch:
             start_new_session=True,
             **popen,
         )
+        ticks = start_ticks(p.pid)
         if self.since is None:
-            self.since = start_ticks(p.pid)
+            self.since = ticks
         with _LIVE_LOCK:
             refused = _CLOSED.is_set()  # kill_all ran while it started: it must not outlive the run
             if not refused:
                 self.procs.append(p)
                 _LIVE[self.token] = self
+        if ticks is not None:
+            _REAPER.say(f"+ {self.token} {p.pid} {ticks}")
         if refused:
             stop(p)
             self.sweep()
@@ -305,18 +348,27 @@ class Launch:
         with _LIVE_LOCK:
             if _LIVE.get(self.token) is self:
                 del _LIVE[self.token]
+        if self.procs and not stuck:  # one stuck in the kernel stays the reaper's to try again
+            _REAPER.say(f"- {self.token}")
         return stuck
 
 
 def kill_all() -> int:
     """SIGKILL every running launch (its process groups, then what carries its token) and refuse new ones
-    until :func:`reopen`; how many processes were signalled. For SIGINT/SIGTERM: the launches' own threads
-    may never get to clean up."""
+    until :func:`reopen`; how many processes were signalled. For SIGHUP/SIGINT/SIGTERM: the launches' own threads
+    may never get to clean up.
+
+    A child whose start was under way (forked, not yet registered) is not in the registry yet: its thread finds
+    the launcher closed and ends it. kill_all waits for those threads (at most :data:`KILL_WAIT_S` + 1 s), since
+    the process may exit right after it and take a thread that has not run yet with it."""
     with _LIVE_LOCK:
         _CLOSED.set()
         live = list(_LIVE.values())
         _LIVE.clear()
-    return sum(launch.kill() for launch in live)
+    killed = sum(launch.kill() for launch in live)
+    with _STARTED:
+        _STARTED.wait_for(lambda: _STARTING[0] == 0, timeout=KILL_WAIT_S + 1.0)
+    return killed
 
 
 def run_child(

@@ -19,6 +19,7 @@ import tempfile
 from argparse import ArgumentError
 
 from hostcheck.argtypes import seconds
+from hostcheck.child.launch import remove_at_death, removed
 from hostcheck.gather.datapath import describe_dir, read_mounts
 from hostcheck.job.analyse import Analysis, analyse
 from hostcheck.job.observe import Observation, observe
@@ -41,7 +42,8 @@ DESCRIPTION = (
 )
 EPILOG = (
     "Exit code: the command's own (128+N when signal N killed it, 0 when --seconds stopped it, 127/126 when it "
-    "could not start); 2 for hostcheck's usage errors, before the command starts. Docs: docs/job.md."
+    "could not start); 2 for hostcheck's usage errors, before the command starts; 129/130/143 when hostcheck itself "
+    "gets SIGHUP/SIGINT/SIGTERM (passed on to the command, SIGKILL after --grace). Docs: docs/job.md."
 )
 
 
@@ -111,13 +113,16 @@ def run(args: argparse.Namespace) -> int:
             raise ArgumentError(None, f"cannot create a temporary folder: {exc.strerror or exc}") from None
     # mkdtemp's folder is already private (0700); a --keep-records folder is the user's, its mode theirs.
     dropped: list[str] = []
+    if keep is None:  # SIGKILL cannot be caught: the reaper removes the folder then
+        remove_at_death(run_dir)
     try:
-        # SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
+        # SIGHUP/SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
         obs = observe(cmd, run_dir, seconds=args.seconds, interval=args.interval, grace=args.grace)
         hooks = read_run(run_dir, dropped)
     finally:
         if keep is None:
             shutil.rmtree(run_dir, ignore_errors=True)
+            removed(run_dir)
     try:
         _report(args, obs, hooks, dropped)
     except (

@@ -7,7 +7,7 @@ streams are hostcheck's own, so the job prints where it always does. Every Pytho
 environment changes.
 
 The run ends when the command exits, when ``seconds`` have passed (the group gets SIGINT, as Ctrl-C would send it,
-then SIGKILL after ``grace`` seconds) or when hostcheck gets SIGINT/SIGTERM (forwarded the same way).
+then SIGKILL after ``grace`` seconds) or when hostcheck gets SIGHUP/SIGINT/SIGTERM (forwarded the same way).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Observation:
     rc: int | None
     #: What ``hostcheck job`` exits with (docs/job.md, exit codes).
     exit_code: int
-    #: "exit" (the command ended), "window" (--seconds ran out), "signal" (hostcheck got SIGINT/SIGTERM),
+    #: "exit" (the command ended), "window" (--seconds ran out), "signal" (hostcheck got SIGHUP/SIGINT/SIGTERM),
     #: "not-started".
     ended_by: str
     signal: int | None = None
@@ -190,7 +190,7 @@ def observe(
                     break
                 with contextlib.suppress(Exception):
                     p.wait(0.1)
-        except KeyboardInterrupt as exc:  # hostcheck.command's Signalled (SIGINT/SIGTERM), or Ctrl-C
+        except KeyboardInterrupt as exc:  # hostcheck.command's Signalled (SIGHUP/SIGINT/SIGTERM), or Ctrl-C
             ended_by = "signal"
             signum = int(getattr(exc, "signum", signal.SIGINT))
             _end(p, signum, grace)

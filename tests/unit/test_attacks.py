@@ -5,7 +5,8 @@ Each attack runs ``python -m hostcheck ...`` as a subprocess, under a time limit
 that holds its facts folder (``--facts-dir``), its environment file (``--env-file``), its TMPDIR and its HOME.
 Every one must:
 
-- end with exit 0, 1 or 2 (130 / 143 for SIGINT / SIGTERM), or the narrower set its row names;
+- end with exit 0, 1 or 2 (129 / 130 / 143 for SIGHUP / SIGINT / SIGTERM, killed for SIGKILL), or the narrower
+  set its row names;
 - print no Python traceback on stdout or stderr;
 - leave no process behind: each run carries a marker of its own in its environment (``HOSTCHECK_ATTACK=<uuid>``),
   which everything it starts inherits, and no live process may carry it once the run is over;
@@ -144,8 +145,10 @@ class Run:
     stderr: str = "pipe"  # pipe, closed
     stdin: str = "devnull"  # devnull, closed
     limits: dict[int, int] = field(default_factory=dict)
-    #: Sent once two ``sleep`` processes carry the run's marker (the hung fake Python and its grandchild).
+    #: Sent once two ``sleep`` processes carry the run's marker (the hung fake Python and its grandchild), or,
+    #: with ``signal_when="handling"``, once hostcheck has installed its signal handlers (a run with no child).
     signal: int | None = None
+    signal_when: str = "sleeping"
     #: A FIFO (in the folder) that a reader holds open through the run; what it got is Outcome.fifo.
     fifo_reader: str | None = None
     copies: int = 1
@@ -319,7 +322,7 @@ def execute(ctx: Ctx, run: Run, since: int) -> list[Outcome]:
             os.close(fd)
         to_close = []
         if run.signal is not None:
-            _signal_mid_run(procs[0], run.signal, ctx.marker, since)
+            _signal_mid_run(procs[0], run.signal, ctx.marker, since, run.signal_when)
         # Read every copy's pipes at once: one run blocked on a full pipe must not stall the others.
         results: list[Any] = [None] * len(procs)
 
@@ -362,12 +365,25 @@ def execute(ctx: Ctx, run: Run, since: int) -> list[Outcome]:
                 p.wait()
 
 
-def _signal_mid_run(p: subprocess.Popen, sig: int, marker: str, since: int) -> None:
-    """Send ``sig`` once the run is in the middle of its hung probe: two ``sleep`` processes carry the marker."""
+def _handling(pid: int) -> bool:
+    """Whether the process catches SIGHUP, SIGINT and SIGTERM (its SigCgt mask): hostcheck's main has begun."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = int(next(ln for ln in f if ln.startswith("SigCgt:")).split()[1], 16)
+    except (OSError, StopIteration, ValueError):
+        return False
+    return all(caught >> (s - 1) & 1 for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM))
+
+
+def _signal_mid_run(p: subprocess.Popen, sig: int, marker: str, since: int, when: str = "sleeping") -> None:
+    """Send ``sig`` once the run is in the middle of its hung probe: two ``sleep`` processes carry the marker
+    (``when="handling"``: once hostcheck has installed its signal handlers)."""
     deadline = time.monotonic() + RUN_TIMEOUT
     while True:
+        if when == "handling" and _handling(p.pid):
+            break
         sleeping = [pid for pid, cmd in carriers(marker, since) if cmd.startswith("sleep")]
-        if len(sleeping) >= 2:
+        if when == "sleeping" and len(sleeping) >= 2:
             break
         assert p.poll() is None, f"the run ended (exit {p.returncode}) before its probe hung"
         assert time.monotonic() < deadline, "the probe never started"
@@ -642,6 +658,57 @@ def _signal(sig: int, code: int, bench: bool = False) -> Callable[[Ctx], Run]:
         return Run(
             argv, (code,), reports=reports, signal=sig, needle=f"interrupted by {signal.Signals(sig).name}"
         )
+
+    return build
+
+
+# --- signals for every subcommand -------------------------------------------------------------------------
+#: What each subcommand runs while the signal comes: check's and bench's hung training Python (a grandchild in a
+#: session of its own), job's command doing the same, fleet reading many reports.
+SIGNAL_EXITS = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}
+
+
+def _fleet_reports(c: Ctx, count: int = 3000) -> str:
+    """A folder of ``count`` node reports, enough that fleet is still reading them when the signal comes."""
+    folder = c.root / "reports"
+    folder.mkdir()
+    checks = [{"id": f"x.E{i:03d}", "status": "warn", "weight": 1, "message": "m" * 40} for i in range(60)]
+    text = json.dumps({"score": {"value": 90, "ready": True}, "checks": checks, "host": {"hostname": "n"}})
+    for i in range(count):
+        (folder / f"node{i:05d}.json").write_text(text)
+    return str(folder)
+
+
+def _signalled(command: str, sig: int) -> Callable[[Ctx], Run]:
+    """``sig`` in the middle of ``command``: exit 128 + N with one line and every child gone (SIGKILL: killed,
+    and no child left behind either, by the reaper)."""
+
+    def build(c: Ctx) -> Run:
+        py = c.script("hung/python", HANGING_PYTHON)
+        reports: tuple[str, ...] = ()
+        when = "sleeping"
+        if command == "check":
+            argv = c.base(only="system,tuning,torch.E001", python=py)
+        elif command == "bench":
+            argv = ["bench", "--python", py, "--facts-dir", str(c.facts), "--workdir", c.p("bench"), "-q"]
+            reports = ("bench",)
+        elif command == "job":
+            argv = [
+                "job",
+                "--seconds",
+                "50",
+                "--grace",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                "setsid sleep 300 & exec sleep 300",
+            ]
+        else:
+            argv = ["fleet", _fleet_reports(c)]
+            reports, when = ("reports",), "handling"
+        needle = "" if sig == signal.SIGKILL else f"interrupted by {signal.Signals(sig).name}"
+        return Run(argv, (SIGNAL_EXITS[sig],), reports=reports, signal=sig, signal_when=when, needle=needle)
 
     return build
 
@@ -1010,6 +1077,21 @@ ATTACKS = [
     A("signal-sigint-mid-probe", _signal(signal.SIGINT, 130)),
     A("signal-sigterm-mid-probe", _signal(signal.SIGTERM, 143)),
     A("signal-sigterm-mid-bench", _signal(signal.SIGTERM, 143, bench=True)),
+    # Signals for every subcommand: what the rows above lack, SIGHUP (a closed terminal) and SIGKILL (the OOM
+    # killer, a time limit; the reaper ends the children).
+    A("signal-sighup-mid-probe", _signalled("check", signal.SIGHUP)),
+    A("signal-sigkill-mid-probe", _signalled("check", signal.SIGKILL)),
+    A("signal-sigint-mid-bench", _signalled("bench", signal.SIGINT)),
+    A("signal-sighup-mid-bench", _signalled("bench", signal.SIGHUP)),
+    A("signal-sigkill-mid-bench", _signalled("bench", signal.SIGKILL)),
+    A("signal-sigint-mid-job", _signalled("job", signal.SIGINT)),
+    A("signal-sigterm-mid-job", _signalled("job", signal.SIGTERM)),
+    A("signal-sighup-mid-job", _signalled("job", signal.SIGHUP)),
+    A("signal-sigkill-mid-job", _signalled("job", signal.SIGKILL)),
+    A("signal-sigint-mid-fleet", _signalled("fleet", signal.SIGINT)),
+    A("signal-sigterm-mid-fleet", _signalled("fleet", signal.SIGTERM)),
+    A("signal-sighup-mid-fleet", _signalled("fleet", signal.SIGHUP)),
+    A("signal-sigkill-mid-fleet", _signalled("fleet", signal.SIGKILL)),
     # The facts folder.
     A("facts-fifo", _facts_fifo),
     A("facts-symlink-loop", _facts_symlink_loop),

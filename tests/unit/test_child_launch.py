@@ -252,3 +252,149 @@ def test_child_env_sets_pci_order_and_unbuffered_output(monkeypatch):
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["PYTHONUNBUFFERED"] == "1"
     assert env["OMP_NUM_THREADS"] == "4"
     assert runner.child_env({"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+# --- the reaper: what is left when hostcheck is SIGKILLed ---------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, killed and waiting for its parent, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _sleeper(env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "300"], start_new_session=True, env=env)
+
+
+def test_the_reaper_kills_registered_groups_and_token_carriers_at_end_of_input():
+    token = "t" + os.urandom(8).hex()
+    child = _sleeper()  # a child, leading its group
+    stray = _sleeper({**os.environ, runner.TOKEN_VAR: token})  # left the group: found by the token
+    ended = _sleeper()  # a launch that ended cleanly: no longer the reaper's
+    try:
+        lines = [
+            f"+ {token} {child.pid} {runner.start_ticks(child.pid)}\n",
+            f"+ done {ended.pid} {runner.start_ticks(ended.pid)}\n",
+            "- done\n",
+            "garbage that is ignored\n",
+        ]
+        from hostcheck.child import reaper
+
+        assert reaper.main(iter(line.encode() for line in lines)) == 0
+        child.wait(5), stray.wait(5)
+        assert child.returncode == stray.returncode == -signal.SIGKILL
+        assert _alive(ended.pid)
+    finally:
+        for p in (child, stray, ended):
+            p.kill()
+            p.wait()
+
+
+def test_the_reaper_leaves_a_reused_pid_alone():
+    other = _sleeper()
+    try:
+        from hostcheck.child import reaper
+
+        reaper.kill_group(
+            other.pid, runner.start_ticks(other.pid) - 1
+        )  # the registered child started earlier
+        assert _alive(other.pid)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_children_end_when_their_hostcheck_is_sigkilled(tmp_path):
+    """A process that launches a child (and the child a grandchild in a session of its own), then dies by
+    SIGKILL without cleaning up: its reaper kills both."""
+    mark = os.urandom(8).hex()
+    hung = tmp_path / "hung"
+    hung.write_text("#!/bin/sh\nsetsid sleep 300 &\nexec sleep 300\n")
+    hung.chmod(0o755)
+    code = f"""
+import sys, time
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from hostcheck.child.launch import run_child
+run_child([{str(hung)!r}], timeout=300)
+"""
+    owner = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "REAPER_TEST": mark})
+
+    def carriers() -> list[int]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if f"REAPER_TEST={mark}".encode() in env and cmd.startswith(b"sleep") and _alive(int(pid)):
+                found.append(int(pid))
+        return found
+
+    try:
+        deadline = time.monotonic() + 30
+        while len(carriers()) < 2:
+            assert time.monotonic() < deadline and owner.poll() is None, "the child never started"
+            time.sleep(0.05)
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 5
+        while carriers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert carriers() == []
+    finally:
+        owner.kill()
+        for pid in carriers():
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_reaper_removes_a_registered_folder_unless_told_it_is_gone(tmp_path):
+    from hostcheck.child import reaper
+
+    kept, left = tmp_path / "kept", tmp_path / "left behind"
+    for d in (kept, left):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "record.jsonl").write_text("{}\n")
+    (left / "link").symlink_to(kept)  # followed by nobody: what it points to stays
+    lines = [f"d {os.fsencode(d).hex()}\n".encode() for d in (kept, left)] + [
+        f"u {os.fsencode(kept).hex()}\n".encode()
+    ]
+    assert reaper.main(iter([*lines, b"d not-hex\n", b"d " + b"relative".hex().encode() + b"\n"])) == 0
+    assert not left.exists() and (kept / "sub" / "record.jsonl").is_file()
+
+
+def test_kill_all_waits_for_a_child_whose_start_was_under_way(monkeypatch):
+    """SIGTERM while a worker thread has forked a child but not yet registered it: kill_all returns only once
+    that thread has found the launcher closed and ended its child (the process may exit right after)."""
+    import threading
+
+    real_popen, forked, started = subprocess.Popen, threading.Event(), []
+
+    def slow_popen(argv, **kwargs):
+        p = real_popen(argv, **kwargs)
+        if argv[0] != "sleep":  # the reaper
+            return p
+        started.append(p)
+        forked.set()
+        time.sleep(0.5)  # the thread is not scheduled for a while
+        return p
+
+    monkeypatch.setattr(runner.subprocess, "Popen", slow_popen)
+    t = threading.Thread(target=lambda: runner.Launch().start(["sleep", "300"]), daemon=True)
+    try:
+        t.start()
+        assert forked.wait(10)
+        runner.kill_all()
+        (p,) = started
+        assert p.returncode is not None or not _alive(p.pid), "kill_all returned with the child still running"
+    finally:
+        runner.reopen()
+        for p in started:
+            p.kill()
+            p.wait()

@@ -404,7 +404,7 @@ HUNG_RUNS = {
 
 
 @pytest.mark.parametrize("run", sorted(HUNG_RUNS))
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
 def test_a_signal_ends_the_run_and_every_child_with_it(tmp_path, sig, code, run):
     """A hung probe with a grandchild in a session of its own: both SIGKILLed before the run exits."""
     fake = tmp_path / "python"

@@ -1,7 +1,15 @@
 """--slurm-drain: parsing scontrol's answer, deciding (pure) and the scontrol calls, through a fake runner that
-answers as Slurm 22.05's scontrol does; the one-line summary that becomes the drain reason."""
+answers as Slurm 22.05's scontrol does (or as 23.02's, with --json); the state table's data file; the one-line
+summary that becomes the drain reason."""
 
 from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 
 import hostcheck_scenarios as S
 import pytest
@@ -47,13 +55,19 @@ def sick():
 
 
 class Scontrol:
-    """Answers `scontrol -o show node` with ``state``; records every call; ``fail`` makes updates fail."""
+    """Answers `scontrol -o show node` with ``state``; records every call; ``fail`` makes updates fail.
+    ``json``: answers `scontrol --json show node` as 23.02 does; without it, refuses --json as 22.05 does."""
 
-    def __init__(self, state: str, reason: str = "", fail: bool = False) -> None:
-        self.state, self.reason, self.fail, self.calls = state, reason, fail, []
+    def __init__(self, state: str, reason: str = "", fail: bool = False, json: bool = False) -> None:
+        self.state, self.reason, self.fail, self.json, self.calls = state, reason, fail, json, []
 
     def __call__(self, argv, timeout):
         self.calls.append(list(argv))
+        if argv[1:3] == ["--json", "show"]:
+            if not self.json:
+                return CmdResult(1, "", "scontrol: unrecognized option '--json'\nTry \"scontrol --help\"\n")
+            node = {"name": argv[-1], "state": self.state.split("+"), "reason": self.reason, "cpus": 2}
+            return CmdResult(0, json.dumps({"meta": {}, "nodes": [node], "errors": []}), "")
         if argv[1:3] == ["-o", "show"]:
             return CmdResult(0, show(self.state, self.reason, argv[-1]) + "\n", "")
         if self.fail:
@@ -147,3 +161,183 @@ def test_headline_fits_80_printable_characters_and_counts_the_rest(healthy):
     assert len(line) <= 80 and line.isprintable() and line.isascii()
     assert line.endswith("more)") and line.split()[0].count(".E") == 1
     assert headline(healthy).startswith("ready, score ")
+
+
+# --- states that are not hostcheck's ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("json_mode", [False, True], ids=["22.05-oneliner", "23.02-json"])
+def test_an_admins_fail_is_neither_drained_over_nor_resumed(healthy, sick, json_mode):
+    """IDLE+FAIL (scontrol update state=fail): a drain would replace the admin's reason and clear FAIL, and a
+    resume would put a node with a failing power supply back into service."""
+    for rep in (healthy, sick):
+        sc = Scontrol("IDLE+FAIL", "PSU failing", json=json_mode)
+        action = slurm.apply(rep, SETTINGS, sc)
+        assert action.kind == "leave", action
+        assert sc.updates == []
+        assert "IDLE+FAIL (PSU failing)" in action.message and "FAIL is not hostcheck's" in action.message
+
+
+@pytest.mark.parametrize(
+    "state,reason",
+    [
+        ("IDLE+MAINTENANCE+RESERVED", ""),
+        ("MIXED+MAINTENANCE+RESERVED", ""),
+        ("IDLE+REBOOT_REQUESTED", "kernel update"),
+        ("DOWN+REBOOT_ISSUED", "reboot issued"),
+        ("IDLE+REBOOT_CANCELED", ""),
+        ("IDLE+POWERING_UP", ""),
+        ("IDLE+POWERING_DOWN", ""),
+        ("IDLE+POWERED_DOWN", ""),
+        ("IDLE+POWER_DOWN", ""),
+        ("IDLE+CLOUD+POWERED_DOWN", ""),
+        ("IDLE+PLANNED", ""),
+        ("FUTURE", ""),
+        ("IDLE+DYNAMIC_FUTURE", ""),
+        ("UNKNOWN", ""),
+        ("IDLE+NOT_RESPONDING", ""),
+        ("IDLE+INVALID_REG", "Low RealMemory"),
+        ("MIXED+FAIL", "PSU failing"),
+        ("IDLE+PERFCTRS", ""),
+        # A state Slurm may add one day: unknown to the table, so not hostcheck's.
+        ("IDLE+SOMETHING_NEW", ""),
+        # Drained by hostcheck, then a reboot was asked for: a resume would cancel the reboot.
+        ("IDLE+DRAIN+REBOOT_REQUESTED", "hostcheck: tuning.E001 /dev/shm 64.0 MiB"),
+        ("IDLE+DRAIN+MAINTENANCE+RESERVED", "hostcheck: tuning.E001 /dev/shm 64.0 MiB"),
+    ],
+)
+def test_states_that_are_someone_elses_are_left_alone(healthy, sick, state, reason):
+    for rep in (healthy, sick):
+        for json_mode in (False, True):
+            sc = Scontrol(state, reason, json=json_mode)
+            action = slurm.apply(rep, SETTINGS, sc)
+            assert action.kind == "leave", (state, action)
+            assert sc.updates == []
+            assert "left as it is" in action.message and state in action.message
+
+
+@pytest.mark.parametrize(
+    "state", ["IDLE", "MIXED", "ALLOCATED", "ALLOCATED+COMPLETING", "IDLE+RESERVED", "IDLE+CLOUD"]
+)
+def test_a_node_in_service_is_drained_when_sick_and_left_running_when_healthy(healthy, sick, state):
+    sc = Scontrol(state, json=True)
+    assert slurm.apply(sick, SETTINGS, sc).kind == "drain" and len(sc.updates) == 1
+    sc = Scontrol(state)
+    assert slurm.apply(healthy, SETTINGS, sc).kind == "none" and sc.updates == []
+
+
+def test_a_reason_is_kept_whole_whatever_it_holds():
+    weird = "PSU failing Foo=bar State=IDLE Comment=x [see ticket] a@b"
+    st = slurm.parse_node(show("IDLE+FAIL", weird), "n1")
+    assert st.reason == weird and st.flags == ("IDLE", "FAIL")
+    # Comment= and Extra= follow the reason's stamp.
+    line = (
+        show("IDLE+DRAIN", "hostcheck: gpu.E005 x Extra=1") + " Comment=hello [x@2026-01-01T00:00:00] Extra=z"
+    )
+    assert slurm.parse_node(line, "n1").reason == "hostcheck: gpu.E005 x Extra=1"
+    # Another SLURM_TIME_FORMAT: the stamp is still found.
+    other = show("IDLE+FAIL", "PSU [a b] x").replace("2026-11-24T10:05:00", "24 Nov 10:05")
+    assert slurm.parse_node(other, "n1").reason == "PSU [a b] x"
+    # Without its stamp (no time recorded), the reason runs to the optional fields.
+    no_stamp = LINE.format(n="n1", state="DOWN", reason=" Reason=Not responding Comment=rack 7")
+    assert slurm.parse_node(no_stamp, "n1").reason == "Not responding"
+    for rep_state in ("IDLE+FAIL",):
+        sc = Scontrol(rep_state, weird, json=True)
+        assert slurm.read_node(SETTINGS, "n1", sc).reason == weird
+
+
+def test_json_is_read_where_slurm_has_it_and_the_oneliner_otherwise():
+    sc = Scontrol("IDLE+DRAIN", "hostcheck: gpu.E005 x", json=True)
+    st = slurm.read_node(SETTINGS, "n1", sc)
+    assert st.flags == ("IDLE", "DRAIN") and st.reason == "hostcheck: gpu.E005 x"
+    assert [c[1] for c in sc.calls] == ["--json"]
+    sc = Scontrol("IDLE+DRAIN", "hostcheck: gpu.E005 x")
+    assert slurm.read_node(SETTINGS, "n1", sc) == st
+    assert [c[1] for c in sc.calls] == ["--json", "-o"]
+    # JSON that does not hold this node, or holds nonsense, falls back to the one-liner.
+    for answer in (
+        "{}",
+        '{"nodes": [{"name": "n1", "state": 5}]}',
+        "[1]",
+        '{"nodes": [{"name": "n10"}]}',
+        "{",
+    ):
+        calls = []
+
+        def runner(argv, timeout, answer=answer, calls=calls):
+            calls.append(argv[1])
+            if argv[1] == "--json":
+                return CmdResult(0, answer, "")
+            return CmdResult(0, show("IDLE") + "\n", "")
+
+        assert slurm.read_node(SETTINGS, "n1", runner).flags == ("IDLE",)
+        assert calls == ["--json", "-o"]
+
+
+def test_every_state_slurm_prints_is_in_the_table():
+    """scontrol 22.05.8's base states and flags (src/common/slurm_protocol_defs.c: node_states,
+    node_state_flags) and 23.02's --json words (data_parser v0.0.39 NODE_STATES) each have a row."""
+    printed = {
+        "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN",
+        "CLOUD", "COMPLETING", "DRAIN", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "INVALID_REG", "FAIL", "MAINTENANCE",
+        "POWER_DOWN", "POWER_UP", "PERFCTRS", "POWERED_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "RESERVED",
+        "RESUME", "NOT_RESPONDING", "PLANNED", "POWERING_UP", "POWERING_DOWN",
+        "UNDRAIN", "REBOOT_CANCELED", "POWER_DRAIN",
+    }  # fmt: skip
+    assert printed <= set(slurm.STATES)
+    serve = {n for n, s in slurm.STATES.items() if s.action == slurm.SERVE}
+    assert serve == {"IDLE", "ALLOCATED", "MIXED", "COMPLETING", "RESERVED", "CLOUD", "DYNAMIC_NORM"}
+    assert {n for n, s in slurm.STATES.items() if s.action == slurm.DRAIN} == {"DRAIN"}
+
+
+# --- the state table's data file ----------------------------------------------------------------------------
+
+
+def _broken(tmp_path, change):
+    data = json.loads(slurm.DATA_PATH.read_text())
+    change(data)
+    path = tmp_path / "slurm_states.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda d: d.update(schema=2), "top level: an object with schema 1"),
+        (lambda d: d.update(source=""), "top level: source"),
+        (lambda d: d.update(states=[]), "states: a non-empty list"),
+        (lambda d: d["states"][0].update(action="drain_it"), "states[0] (IDLE): action must be one of"),
+        (lambda d: d["states"][1].update(kind="flagged"), "states[1] (ALLOCATED): kind"),
+        (lambda d: d["states"][2].update(name="mixed"), "states[2]: name must be"),
+        (lambda d: d["states"][3].update(source="sinfo(1)"), "states[3] (DOWN): source must be"),
+        (lambda d: d["states"][3].pop("meaning"), "states[3] (DOWN): meaning"),
+        (lambda d: d["states"][4].update(why="x"), "states[4]: unknown keys ['why']"),
+        (lambda d: d["states"].__setitem__(1, dict(d["states"][0])), "states[1] (IDLE): duplicate name"),
+        (lambda d: d["states"].__setitem__(0, "IDLE"), "states[0]: a row is an object"),
+        (lambda d: [r.update(action="leave") for r in d["states"]], "states: no base state in service"),
+    ],
+)
+def test_a_malformed_state_table_fails_loudly_naming_the_row(tmp_path, change, said):
+    path = _broken(tmp_path, change)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {said}")):
+        slurm._load(path)
+
+
+def test_a_malformed_state_table_fails_the_import(tmp_path):
+    """The table is read at import: a broken file stops hostcheck there, never a silent empty table that would
+    let hostcheck drain over every state."""
+    pkg = tmp_path / "hostcheck"
+    shutil.copytree(slurm.DATA_PATH.parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    bad = json.loads(slurm.DATA_PATH.read_text())
+    bad["states"][5]["action"] = "maybe"
+    (pkg / "data" / "slurm_states.json").write_text(json.dumps(bad))
+    out = subprocess.run(
+        [sys.executable, "-c", "import hostcheck.slurm"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert "ValueError" in out.stderr and "states[5] (UNKNOWN): action must be one of" in out.stderr
