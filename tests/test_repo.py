@@ -176,9 +176,9 @@ def container_check_problems(roles_dir: Path) -> list[str]:
                 problems.append(f"{rel}: a second container check (read gpunode_is_container instead)")
             if rel.parts[1] != "meta":
                 text += body
-        if role.name != COMMON and re.search(r"\bgpunode_is_container\b", text):
-            if COMMON not in _dependencies(role):
-                problems.append(f"{role.name} reads gpunode_is_container: list {COMMON} in its dependencies")
+        reads = role.name != COMMON and re.search(r"\bgpunode_is_container\b", text)
+        if reads and COMMON not in _dependencies(role):
+            problems.append(f"{role.name} reads gpunode_is_container: list {COMMON} in its dependencies")
     home = roles_dir / CONTAINER_HOME
     if not home.is_file() or "gpunode_is_container" not in (yaml.safe_load(home.read_text()) or {}):
         problems.append(f"{CONTAINER_HOME} does not define gpunode_is_container")
