@@ -53,7 +53,8 @@ class XidPolicy:
     warn: frozenset[int] = frozenset()
     ignore: frozenset[int] = frozenset()
     unlisted: str = "warn"
-    window_hours: float = 2.0
+    #: hostcheck/data/xid.json's window_hours (with its public source) unless a site sets its own.
+    window_hours: float = field(default_factory=lambda: default_xid_policy().window_hours)
     #: XID -> (meaning, public source), from hostcheck/data/xid.json.
     meaning: dict[int, tuple[str, str]] = field(default_factory=dict, compare=False)
 
@@ -155,21 +156,26 @@ class Config:
 
 
 def _xid_from_data(path: Path) -> XidPolicy:
+    """The shipped policy; as with the thresholds, a malformed file raises ValueError naming it, never a
+    silent default (the window, for one, is written there only, beside its source)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return XidPolicy()
-    sets: dict[str, set[int]] = {a: set() for a in XID_ACTIONS}
-    meaning: dict[int, tuple[str, str]] = {}
-    for row in data.get("xids", []):
-        sets[row["action"]].add(int(row["xid"]))
-        meaning[int(row["xid"])] = (row.get("meaning", ""), row.get("source", ""))
+        window = data["window_hours"]
+        if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
+            raise ValueError("window_hours must be a positive number")
+        sets: dict[str, set[int]] = {a: set() for a in XID_ACTIONS}
+        meaning: dict[int, tuple[str, str]] = {}
+        for row in data.get("xids", []):
+            sets[row["action"]].add(int(row["xid"]))
+            meaning[int(row["xid"])] = (row.get("meaning", ""), row.get("source", ""))
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
     return XidPolicy(
         fail=frozenset(sets["fail"]),
         warn=frozenset(sets["warn"]),
         ignore=frozenset(sets["ignore"]),
         unlisted=data.get("unlisted", "warn"),
-        window_hours=float(data.get("window_hours", 2.0)),
+        window_hours=float(window),
         meaning=meaning,
     )
 
