@@ -5,8 +5,9 @@ per-GPU-model figures, Slurm and Prometheus settings. gpunode_health writes it f
 provisioning intent and health thresholds come from one place. Command-line options win over the file.
 
 A bad file is a :class:`ConfigError` naming the file, the key and the reason (``hostcheck`` exits 2 with
-it), never a traceback. This module imports nothing of hostcheck but its data files: the gatherers and the
-checks read the frozen :class:`Config` from ``snapshot.options.config``.
+it), never a traceback. This module imports nothing of hostcheck but its data files, the bounded reader and
+the names it validates against (profiles, fail levels): the gatherers and the checks read the frozen
+:class:`Config` from ``snapshot.options.config``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from hostcheck import infile
+from hostcheck.profiles import PROFILES
+from hostcheck.score import FAIL_LEVELS
 
 DEFAULT_PATH = "/etc/gpunode/hostcheck.toml"
 XID_DATA = Path(__file__).resolve().parent / "data" / "xid.json"
 THRESHOLDS_DATA = Path(__file__).resolve().parent / "data" / "thresholds.json"
-PROFILE_NAMES = ("passive", "prolog", "epilog", "full", "burnin")
-FAIL_LEVELS = ("warn", "fail", "none")
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 XID_ACTIONS = ("fail", "warn", "ignore")
 #: Longest Slurm drain reason we write: it stays readable in ``sinfo -R`` and node-problem-detector's
@@ -52,7 +53,8 @@ class XidPolicy:
     warn: frozenset[int] = frozenset()
     ignore: frozenset[int] = frozenset()
     unlisted: str = "warn"
-    window_hours: float = 2.0
+    #: hostcheck/data/xid.json's window_hours (with its public source) unless a site sets its own.
+    window_hours: float = field(default_factory=lambda: default_xid_policy().window_hours)
     #: XID -> (meaning, public source), from hostcheck/data/xid.json.
     meaning: dict[int, tuple[str, str]] = field(default_factory=dict, compare=False)
 
@@ -178,21 +180,26 @@ class Config:
 
 
 def _xid_from_data(path: Path) -> XidPolicy:
+    """The shipped policy; as with the thresholds, a malformed file raises ValueError naming it, never a
+    silent default (the window, for one, is written there only, beside its source)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return XidPolicy()
-    sets: dict[str, set[int]] = {a: set() for a in XID_ACTIONS}
-    meaning: dict[int, tuple[str, str]] = {}
-    for row in data.get("xids", []):
-        sets[row["action"]].add(int(row["xid"]))
-        meaning[int(row["xid"])] = (row.get("meaning", ""), row.get("source", ""))
+        window = data["window_hours"]
+        if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
+            raise ValueError("window_hours must be a positive number")
+        sets: dict[str, set[int]] = {a: set() for a in XID_ACTIONS}
+        meaning: dict[int, tuple[str, str]] = {}
+        for row in data.get("xids", []):
+            sets[row["action"]].add(int(row["xid"]))
+            meaning[int(row["xid"])] = (row.get("meaning", ""), row.get("source", ""))
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
     return XidPolicy(
         fail=frozenset(sets["fail"]),
         warn=frozenset(sets["warn"]),
         ignore=frozenset(sets["ignore"]),
         unlisted=data.get("unlisted", "warn"),
-        window_hours=float(data.get("window_hours", 2.0)),
+        window_hours=float(window),
         meaning=meaning,
     )
 
@@ -314,9 +321,9 @@ def _kind(v: Any) -> str:
 def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
     """A parsed TOML document as a Config; every key is checked, unknown keys are errors."""
     top = _Table(path, "", doc)
-    profile = top.string("profile", PROFILE_NAMES)
+    profile = top.string("profile", tuple(PROFILES))
     expect_gpus = top.integer("expect_gpus", 0, 1024)
-    fail_level = top.string("fail_level", FAIL_LEVELS)
+    fail_level = top.string("fail_level", tuple(FAIL_LEVELS))
     min_score = top.integer("min_score", 0, 100)
 
     only: tuple[str, ...] = ()

@@ -23,10 +23,11 @@ from typing import Any
 
 from hostcheck import config, fleet_peers, infile
 from hostcheck.outfile import paths_error, write_report
+from hostcheck.registry import Status
 from hostcheck.render.markdown import md_cell
 from hostcheck.schema import report_schema, type_errors
 
-FAILING = ("fail", "error")
+FAILING = (Status.FAIL, Status.ERROR)
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 #: A node's report is tens of KiB (a few hundred with every GPU's figures): past this it is not one.
 MAX_REPORT_BYTES = 8 << 20
@@ -60,7 +61,7 @@ class NodeSummary:
 
 
 def _finding_rank(check: dict[str, Any]) -> int:
-    return {"error": 0, "fail": 1, "warn": 2}.get(check.get("status", ""), 3)
+    return {Status.ERROR: 0, Status.FAIL: 1, Status.WARN: 2}.get(check.get("status", ""), 3)
 
 
 def _label(name: str, hostname: str | None) -> str:
@@ -80,7 +81,7 @@ def summarise(host: str, data: dict[str, Any], min_score: int | None = None) -> 
         ready = False
     checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
     findings = sorted(
-        (c for c in checks if c.get("status") in (*FAILING, "warn")),
+        (c for c in checks if c.get("status") in (*FAILING, Status.WARN)),
         key=lambda c: (_finding_rank(c), -_weight(c), str(c.get("id", ""))),
     )
     host_info = data.get("host") if isinstance(data.get("host"), dict) else {}

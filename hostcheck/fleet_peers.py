@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostcheck.checks.workload.peers import peer_ratios
+from hostcheck.registry import Status
 from hostcheck.render.markdown import md_cell
 from hostcheck.render.prometheus import _Families
 
@@ -108,7 +109,7 @@ def node_figures(data: Any) -> dict[tuple[str, str], tuple[float, str]]:
     )
     bus = (
         _num(e013.get("value"))
-        if e013 is not None and e013.get("status") in ("pass", "warn", "fail")
+        if e013 is not None and e013.get("status") in (Status.PASS, Status.WARN, Status.FAIL)
         else None
     )
     if bus is not None and len(models) == 1:

@@ -36,6 +36,8 @@ class Profile:
 #: datapath reads the dataset directories for a few seconds: not in the read-only profiles.
 ALL_NEEDS = PASSIVE_NEEDS | {"torch", "workload", "datapath"}
 
+#: The one list of profile names (config.py, the command line and the report schema follow it), in the order a
+#: node meets them: passive, prolog, epilog, full, burnin.
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
@@ -46,16 +48,16 @@ PROFILES: dict[str, Profile] = {
             summary="reads only (NVML, kernel log, files): no torch, no GPU job; for HealthCheckProgram",
         ),
         Profile(
-            "epilog",
-            30.0,
-            PASSIVE_NEEDS,
-            summary="what a job may leave broken (XIDs, row remaps, stray GPU processes): reads only",
-        ),
-        Profile(
             "prolog",
             120.0,
             PASSIVE_NEEDS | {"torch"},
             summary="passive plus the training Python's torch probe; no GPU job",
+        ),
+        Profile(
+            "epilog",
+            30.0,
+            PASSIVE_NEEDS,
+            summary="what a job may leave broken (XIDs, row remaps, stray GPU processes): reads only",
         ),
         Profile(
             "full",

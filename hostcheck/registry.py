@@ -11,6 +11,7 @@ import enum
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -27,7 +28,18 @@ class Status(str, enum.Enum):
     @property
     def severity(self) -> int:
         """0 pass/skip, 1 warn, 2 fail/error (errors count as failures: the node could not be verified)."""
-        return {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "error": 2}[self.value]
+        return _SEVERITY[self]
+
+
+_SEVERITY = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
+#: Least to most severe, for folding several statuses into one: within a severity an error (could not verify)
+#: outranks a fail and a pass outranks a skip (something was judged).
+_ORDER = (Status.SKIP, Status.PASS, Status.WARN, Status.FAIL, Status.ERROR)
+
+
+def worst(statuses: Iterable[Status | str]) -> Status:
+    """The most severe status (error > fail > warn > pass > skip); skip when empty."""
+    return max((Status(s) for s in statuses), key=_ORDER.index, default=Status.SKIP)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from typing import Any
 from hostcheck.registry import Result, Status
 
 CREDIT = {Status.PASS: 1.0, Status.WARN: 0.5, Status.FAIL: 0.0, Status.ERROR: 0.0}
+#: The one list of fail levels (config.py, the command line and the report schema follow it): the least
+#: Status.severity that makes a node not ready; none: nothing does.
 FAIL_LEVELS = {"warn": 1, "fail": 2, "none": 99}
 
 

@@ -156,6 +156,55 @@ def test_gpunode_wide_variables_are_defined_once_in_gpunode_common():
             )
 
 
+# The container check: derived from these facts once, in gpunode_common's vars/main.yml.
+CONTAINER_HOME = Path(COMMON) / "vars" / "main.yml"
+CONTAINER_FACTS = re.compile(r"\bvirtualization_(type|role)\b")
+
+
+def container_check_problems(roles_dir: Path) -> list[str]:
+    """Every copy of the container check outside its home, and every reader of it without gpunode_common."""
+    problems = []
+    roles = sorted(p for p in roles_dir.iterdir() if (p / "meta" / "main.yml").is_file())
+    for role in roles:
+        text = ""
+        for f in sorted(role.rglob("*")):
+            if not f.is_file() or f.suffix not in {".yml", ".yaml", ".j2"}:
+                continue
+            body = f.read_text(errors="replace")
+            rel = f.relative_to(roles_dir)
+            if CONTAINER_FACTS.search(body) and rel != CONTAINER_HOME:
+                problems.append(f"{rel}: a second container check (read gpunode_is_container instead)")
+            if rel.parts[1] != "meta":
+                text += body
+        reads = role.name != COMMON and re.search(r"\bgpunode_is_container\b", text)
+        if reads and COMMON not in _dependencies(role):
+            problems.append(f"{role.name} reads gpunode_is_container: list {COMMON} in its dependencies")
+    home = roles_dir / CONTAINER_HOME
+    if not home.is_file() or "gpunode_is_container" not in (yaml.safe_load(home.read_text()) or {}):
+        problems.append(f"{CONTAINER_HOME} does not define gpunode_is_container")
+    return problems
+
+
+def test_the_container_check_is_defined_once():
+    assert container_check_problems(ROOT / "roles") == []
+
+
+def test_a_second_container_check_is_refused(tmp_path: Path):
+    roles = tmp_path / "roles"
+    shutil.copytree(ROOT / "roles", roles)
+    planted = roles / "gpunode_tuning" / "vars" / "main.yml"
+    planted.write_text(
+        planted.read_text()
+        + "__gpunode_tuning_in_container: \"{{ ansible_facts['virtualization_type'] == 'podman' }}\"\n"
+    )
+    meta = roles / "gpunode_driver" / "meta" / "main.yml"
+    meta.write_text(re.sub(r"dependencies:\n(  - .*\n)+", "dependencies: []\n", meta.read_text()))
+    assert sorted(container_check_problems(roles)) == [
+        f"gpunode_driver reads gpunode_is_container: list {COMMON} in its dependencies",
+        "gpunode_tuning/vars/main.yml: a second container check (read gpunode_is_container instead)",
+    ]
+
+
 # --- one owner per file ---------------------------------------------------------------------------------
 # Modules that write a file on the node: the parameter that names it (aliases first to last) and the file written
 # when the parameter is left out. A file module run is a write unless it makes a directory.

@@ -12,6 +12,7 @@ from hostcheck.checks.workload import judge as J
 from hostcheck.checks.workload import sku as S
 from hostcheck.child.launch import ProbeRun
 from hostcheck.gather.workload import WorkloadRun
+from hostcheck.registry import worst
 
 # ------------------------------------------------------------------------------------------ thresholds
 
@@ -88,10 +89,10 @@ def test_amp_scaler_and_loss_rules():
 
 
 def test_worst():
-    assert J.worst([]) == "skip"
-    assert J.worst(["pass", "skip"]) == "pass"
-    assert J.worst(["pass", "warn", "fail"]) == "fail"
-    assert J.worst(["fail", "error"]) == "error"
+    assert worst([]) == "skip"
+    assert worst(["pass", "skip"]) == "pass"
+    assert worst(["pass", "warn", "fail"]) == "fail"
+    assert worst(["fail", "error"]) == "error"
 
 
 # ------------------------------------------------------------------------------------------------ SKUs

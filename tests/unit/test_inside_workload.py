@@ -14,6 +14,7 @@ from workload_runs import judge_one, judge_workload  # noqa: E402
 from hostcheck.checks.workload import judge as J  # noqa: E402
 from hostcheck.gather import workload as api  # noqa: E402
 from hostcheck.inside import workload as probes  # noqa: E402
+from hostcheck.registry import Status  # noqa: E402
 
 TINY_AMP = {
     "device": "cpu",
@@ -144,7 +145,7 @@ def test_one_rank_ddp_does_not_time_a_no_op_all_reduce():
         ),
     )
     f = by_id(judge_workload(api.WorkloadRun(suite=suite, ddp_mode="in-suite")))
-    assert f["workload.E013"].status == J.SKIP and "not measured" in f["workload.E013"].message
+    assert f["workload.E013"].status == Status.SKIP and "not measured" in f["workload.E013"].message
 
 
 def test_dataloader_sizes_keep_every_worker_busy_and_cap_the_zero_worker_run():

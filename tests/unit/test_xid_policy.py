@@ -66,6 +66,32 @@ def test_every_xid_row_cites_a_public_source_and_has_a_valid_action():
             assert r.get("why", "").strip(), r
 
 
+def test_the_xid_window_is_the_data_files_even_for_a_policy_built_in_code():
+    window = json.loads(config.XID_DATA.read_text())["window_hours"]
+    assert config.default_xid_policy().window_hours == window
+    assert config.XidPolicy().window_hours == window
+
+
+@pytest.mark.parametrize(
+    ("planted", "why"),
+    [
+        ({"unlisted": "warn", "xids": []}, "window_hours"),
+        ({"window_hours": 0, "xids": []}, "window_hours must be a positive number"),
+        ({"window_hours": "2", "xids": []}, "window_hours must be a positive number"),
+        ({"window_hours": 2, "xids": [{"xid": 79, "action": "panic"}]}, "panic"),
+    ],
+)
+def test_a_malformed_xid_file_is_named_never_a_silent_default(tmp_path, planted, why):
+    bad = tmp_path / "xid.json"
+    bad.write_text(json.dumps(planted))
+    with pytest.raises(ValueError, match=re.escape(str(bad))) as e:
+        config._xid_from_data(bad)
+    assert why in str(e.value)
+    good = dict(planted, window_hours=2, xids=[{"xid": 79, "action": "fail"}])
+    bad.write_text(json.dumps(good))
+    assert config._xid_from_data(bad).window_hours == 2.0
+
+
 def test_shipped_policy_is_the_data_file():
     p = config.default_xid_policy()
     assert p.window_hours == 2.0 and p.unlisted == "warn"

@@ -12,10 +12,9 @@ import math
 from dataclasses import replace
 from typing import Any, Callable
 
-from hostcheck.checks.workload import judge as J
 from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.workload import WorkloadRun, suite_section
-from hostcheck.registry import Outcome, Status, check, errored, skipped
+from hostcheck.registry import Outcome, Status, check, errored, skipped, worst
 
 #: Judging function: (run, the GPUs from NVML, whether the suite saw a CUDA GPU) -> Outcome.
 Judge = Callable[[WorkloadRun, list, bool], Outcome]
@@ -26,7 +25,7 @@ _HINT_NO_TORCH = (
 )
 
 
-def _f(status: str, message: str, **kw: Any) -> Outcome:
+def _f(status: Status, message: str, **kw: Any) -> Outcome:
     return Outcome(Status(status), message, **kw)
 
 
@@ -46,9 +45,9 @@ def gpu_for(gpus: list, index: Any) -> Any:
     return next((g for g in gpus if g.index == index), None)
 
 
-def verdict_or_skip(statuses: list[str | None]) -> str:
-    real = [s for s in statuses if s is not None]
-    return J.worst(real) if real else J.SKIP
+def verdict_or_skip(statuses: list[Status | None]) -> Status:
+    """The worst of the statuses judged (None: nothing to judge); skip when there is none."""
+    return worst(s for s in statuses if s is not None)
 
 
 def workload_check(

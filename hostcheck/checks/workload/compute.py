@@ -14,7 +14,7 @@ from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, verdict_or_skip, workload_check
 from hostcheck.gather.workload import WorkloadRun, suite_section
-from hostcheck.registry import Outcome
+from hostcheck.registry import Outcome, Status
 
 _HINT_MATMUL = (
     "look for throttling (nvidia-smi -q -d PERFORMANCE: power cap, thermal, HW slowdown), a lowered power "
@@ -43,7 +43,7 @@ def _peers(by_gpu: dict, details: list[str], lines: dict, unit: str, config: Any
             details[lines[i]] += f"; {said}"
         else:
             details.append(f"GPU {i}: {by_gpu[i]:.4g} {unit} = {said}")
-    return [J.FAIL] * len(slow)
+    return [Status.FAIL] * len(slow)
 
 
 def _precision_env(run: WorkloadRun) -> str:
@@ -56,13 +56,13 @@ def _precision_env(run: WorkloadRun) -> str:
 def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
     data, err = suite_section(run, "matmul")
     if data is None:
-        return _f(J.ERROR, f"matmul not measured: {err}")
+        return _f(Status.ERROR, f"matmul not measured: {err}")
     rows = data.get("gpus") or []
     if not on_gpu:
         cpu = (rows[0].get("dtypes") or {}).get(dt, {}) if rows else {}
         v = num(cpu.get("tflops"))
         msg = "no CUDA GPU: " + (f"{dt} matmul on the CPU {v:.3g} TFLOP/s, no verdict" if v else "skipped")
-        return _f(J.SKIP, msg, value=v, unit="TFLOP/s")
+        return _f(Status.SKIP, msg, value=v, unit="TFLOP/s")
     statuses, details, values, expected = [], [], [], None
     errors = []
     by_gpu: dict = {}
@@ -72,7 +72,7 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         name = row.get("name")
         if "error" in m:
             errors.append(f"GPU {row.get('index')}: {m['error']}")
-            statuses.append(J.ERROR)
+            statuses.append(Status.ERROR)
             continue
         v = num(m.get("tflops"))
         if v is None:
@@ -81,7 +81,7 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         by_gpu[row.get("index")] = v
         lines[row.get("index")] = len(details)
         if m.get("finite") is False:
-            statuses.append(J.FAIL)
+            statuses.append(Status.FAIL)
             details.append(f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s but the result is not finite")
             continue
         fig = S.matmul_figure(name, dt, config)
@@ -103,8 +103,8 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
     status = verdict_or_skip(statuses)
     worst_v = min(values) if values else None
     if errors and not values:
-        return _f(J.ERROR, "; ".join(errors)[:500], details=tuple(details))
-    if status == J.SKIP:
+        return _f(Status.ERROR, "; ".join(errors)[:500], details=tuple(details))
+    if status == Status.SKIP:
         msg = (
             f"{dt} matmul {worst_v:.1f} TFLOP/s measured; unknown SKU or dtype, no verdict"
             if worst_v
@@ -114,7 +114,7 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         msg = f"{dt} matmul {worst_v:.1f} TFLOP/s on the slowest GPU ({len(values)} measured)"
     if slow:
         msg += f"; {len(slow)} GPU(s) more than {_tolerance(config):.0%} below their peers' median"
-    hint = _HINT_MATMUL if status in (J.WARN, J.FAIL) else None
+    hint = _HINT_MATMUL if status in (Status.WARN, Status.FAIL) else None
     forced = _precision_env(run)
     if hint and forced and dt in ("tf32", "fp32"):
         hint = f"{forced} is set in the training environment and changes what {dt} runs; " + hint
@@ -183,9 +183,9 @@ def _bandwidth_rows(run: WorkloadRun, on_gpu: bool) -> tuple[list[dict], Outcome
     """The bandwidth section's per-GPU rows, or the outcome when there is nothing to judge."""
     data, err = suite_section(run, "bandwidth")
     if data is None:
-        return [], _f(J.ERROR, f"bandwidth not measured: {err}")
+        return [], _f(Status.ERROR, f"bandwidth not measured: {err}")
     if not on_gpu:
-        return [], _f(J.SKIP, "no CUDA GPU: nothing to measure")
+        return [], _f(Status.SKIP, "no CUDA GPU: nothing to measure")
     return data.get("gpus") or [], None
 
 
@@ -201,7 +201,7 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
         m = row.get(key) or {}
         gpu = gpu_for(gpus, row.get("index"))
         if "error" in m:
-            statuses.append(J.ERROR)
+            statuses.append(Status.ERROR)
             details.append(f"GPU {row.get('index')}: {m['error']}")
             continue
         v = num(m.get("gbs"))
@@ -220,7 +220,7 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
                 f"GPU {row.get('index')}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
                 + note
             )
-            if st in (J.WARN, J.FAIL) and hint is None:
+            if st in (Status.WARN, Status.FAIL) and hint is None:
                 hint = _pcie_hint(gpu)
         else:
             details.append(f"GPU {row.get('index')}: {v:.1f} GB/s (PCIe link unknown: no verdict)")
@@ -234,7 +234,7 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
     what = "host-to-device" if key.startswith("h2d") else "device-to-host"
     if worst_v is None:
         msg = f"{what} pinned not measured"
-    elif status == J.SKIP:
+    elif status == Status.SKIP:
         msg = f"{what} pinned {worst_v:.1f} GB/s; PCIe link unknown (NVML), no verdict"
     else:
         msg = f"{what} pinned {worst_v:.1f} GB/s on the slowest GPU"
@@ -266,7 +266,7 @@ def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
             v = num(m.get("gbs"))
             if v is None:
                 if "error" in m:
-                    statuses.append(J.ERROR)
+                    statuses.append(Status.ERROR)
                     details.append(f"GPU {row.get('index')} {key}: {m['error']}")
                 continue
             values.append(v)
@@ -274,7 +274,7 @@ def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
             ratio = f", {v / pinned:.0%} of pinned" if pinned else ""
             details.append(f"GPU {row.get('index')} {key}: {v:.1f} GB/s{ratio}")
             if theo:
-                statuses.append(J.WARN if v < J.PAGEABLE_WARN_FRACTION * theo else J.PASS)
+                statuses.append(Status.WARN if v < J.PAGEABLE_WARN_FRACTION * theo else Status.PASS)
     status = verdict_or_skip(statuses)
     worst_v = min(values) if values else None
     return _f(
@@ -288,7 +288,7 @@ def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         expected=f">= {J.PAGEABLE_WARN_FRACTION:.0%} of the link's theoretical rate",
         hint="pageable copies are staged by one CPU thread: check memory bandwidth, NUMA placement and "
         "transparent hugepages"
-        if status == J.WARN
+        if status == Status.WARN
         else None,
         details=tuple(details),
     )
@@ -305,7 +305,7 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
     for row in rows:
         m = row.get("device_copy") or {}
         if "error" in m:
-            statuses.append(J.ERROR)
+            statuses.append(Status.ERROR)
             details.append(f"GPU {row.get('index')}: {m['error']}")
             continue
         v = num(m.get("gbs"))
@@ -338,6 +338,6 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
         value=worst_v,
         unit="GB/s",
         expected=expected,
-        hint=_HINT_COPY if status in (J.WARN, J.FAIL) else None,
+        hint=_HINT_COPY if status in (Status.WARN, Status.FAIL) else None,
         details=tuple(details),
     )

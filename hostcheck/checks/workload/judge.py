@@ -25,13 +25,7 @@ from __future__ import annotations
 
 import math
 
-PASS = "pass"
-WARN = "warn"
-FAIL = "fail"
-SKIP = "skip"
-ERROR = "error"
-STATUSES = (PASS, WARN, FAIL, SKIP, ERROR)
-_SEVERITY = {PASS: 0, SKIP: 0, WARN: 1, FAIL: 2, ERROR: 2}
+from hostcheck.registry import Status
 
 PASS_FRACTION = 0.90
 WARN_FRACTION = 0.75
@@ -61,25 +55,15 @@ AMP_FAIL_BELOW = 1.0
 AMP_WARN_BELOW = 1.3
 
 
-def worst(statuses) -> str:
-    """The most severe status (error > fail > warn > pass > skip); skip when empty."""
-    order = {ERROR: 4, FAIL: 3, WARN: 2, PASS: 1, SKIP: 0}
-    out = SKIP
-    for s in statuses:
-        if order[s] > order[out]:
-            out = s
-    return out
-
-
-def fraction_status(fraction: float | None) -> str | None:
+def fraction_status(fraction: float | None) -> Status | None:
     """Fraction of achievable -> pass (>= 0.90), warn (>= 0.75), fail; None when there is no reference."""
     if fraction is None:
         return None
     if fraction >= PASS_FRACTION:
-        return PASS
+        return Status.PASS
     if fraction >= WARN_FRACTION:
-        return WARN
-    return FAIL
+        return Status.WARN
+    return Status.FAIL
 
 
 def judge_fraction(measured: float | None, achievable: float | None, estimate: bool = False):
@@ -93,8 +77,8 @@ def judge_fraction(measured: float | None, achievable: float | None, estimate: b
         return None, None
     frac = measured / achievable
     status = fraction_status(frac)
-    if estimate and status == FAIL:
-        status = WARN
+    if estimate and status == Status.FAIL:
+        status = Status.WARN
     return status, frac
 
 
@@ -104,15 +88,15 @@ def judge_fraction(measured: float | None, achievable: float | None, estimate: b
 PLATEAU = {"matmul_n": 4096, "pinned_bytes": 64 << 20, "device_copy_bytes": 256 << 20}
 
 
-def on_plateau(status: str | None, kind: str, size) -> tuple[str | None, str]:
+def on_plateau(status: Status | None, kind: str, size) -> tuple[Status | None, str]:
     """(status, note): a fail measured below ``kind``'s plateau size (PLATEAU) becomes a warning, with a note
     saying so; a size that is not recorded counts as on the plateau (the probe's defaults are)."""
     least = PLATEAU[kind]
-    if status != FAIL or not isinstance(size, int) or isinstance(size, bool) or size >= least:
+    if status != Status.FAIL or not isinstance(size, int) or isinstance(size, bool) or size >= least:
         return status, ""
     what = f"n = {size}" if kind == "matmul_n" else f"{size / 2**20:g} MiB"
     return (
-        WARN,
+        Status.WARN,
         f" ({what} is below the {least if kind == 'matmul_n' else least >> 20} the line needs: a warning only)",
     )
 
@@ -149,16 +133,16 @@ def busbw_floor(nvlink: bool | None) -> float | None:
     return BUSBW_FLOOR_NVLINK if nvlink else BUSBW_FLOOR_PCIE
 
 
-def busbw_status(value: float | None, n: int, nvlink: bool | None) -> str | None:
+def busbw_status(value: float | None, n: int, nvlink: bool | None) -> Status | None:
     """Verdict on an all_reduce busbw (GB/s) within one node; None when there is nothing to judge."""
     floor = busbw_floor(nvlink)
     if value is None or n < 2 or floor is None:
         return None
     if value < floor:
-        return FAIL
+        return Status.FAIL
     if value < floor * BUSBW_WARN_BAND:
-        return WARN
-    return PASS
+        return Status.WARN
+    return Status.PASS
 
 
 def allreduce_status(
@@ -168,7 +152,7 @@ def allreduce_status(
     line_gbs: float | None = None,
     line_bytes: int = 0,
     line_can_fail: bool = False,
-) -> str | None:
+) -> Status | None:
     """Verdict on an all_reduce busbw (GB/s) against the interconnect's floor and, where the data has one, the
     SKU's line for this GPU count. Below the line fails only for a message at least as large as the line's
     (a smaller one does not reach the plateau: NVIDIA/nccl-tests#212) and a line with a public source;
@@ -176,54 +160,56 @@ def allreduce_status(
     if value is None or (floor is None and line_gbs is None):
         return None
     if floor is not None and value < floor:
-        return FAIL
+        return Status.FAIL
     if line_gbs is not None:
         if value < line_gbs:
-            return FAIL if line_can_fail and nbytes is not None and nbytes >= line_bytes else WARN
+            return (
+                Status.FAIL if line_can_fail and nbytes is not None and nbytes >= line_bytes else Status.WARN
+            )
         # No warn band over the line: 8 x H100's healthy peak (about 480) is within 1.05 x Azure's 460.
-        return PASS
-    return WARN if floor is not None and value < floor * BUSBW_WARN_BAND else PASS
+        return Status.PASS
+    return Status.WARN if floor is not None and value < floor * BUSBW_WARN_BAND else Status.PASS
 
 
-def amp_speedup_status(speedup: float | None) -> str | None:
+def amp_speedup_status(speedup: float | None) -> Status | None:
     if speedup is None:
         return None
     if speedup < AMP_FAIL_BELOW:
-        return FAIL
+        return Status.FAIL
     if speedup < AMP_WARN_BELOW:
-        return WARN
-    return PASS
+        return Status.WARN
+    return Status.PASS
 
 
-def scaler_status(skipped: int, steps: int) -> str:
+def scaler_status(skipped: int, steps: int) -> Status:
     """GradScaler health: stuck (every step skipped) fails, more than half skipped warns."""
     if steps <= 0:
-        return ERROR
+        return Status.ERROR
     if skipped >= steps:
-        return FAIL
+        return Status.FAIL
     if skipped * 2 > steps:
-        return WARN
-    return PASS
+        return Status.WARN
+    return Status.PASS
 
 
-def loss_numerics(losses) -> tuple[str, str]:
+def loss_numerics(losses) -> tuple[Status, str]:
     """(status, why) for a short training run's loss curve: every loss finite and the last below the first."""
     vals = [float(x) for x in losses]
     if len(vals) < 2:
-        return ERROR, "fewer than two losses recorded"
+        return Status.ERROR, "fewer than two losses recorded"
     bad = [i for i, v in enumerate(vals) if not math.isfinite(v)]
     if bad:
-        return FAIL, f"non-finite loss at step {bad[0]}"
+        return Status.FAIL, f"non-finite loss at step {bad[0]}"
     if not vals[-1] < vals[0]:
-        return FAIL, f"loss did not fall ({vals[0]:.4g} -> {vals[-1]:.4g})"
-    return PASS, f"loss {vals[0]:.4g} -> {vals[-1]:.4g}"
+        return Status.FAIL, f"loss did not fall ({vals[0]:.4g} -> {vals[-1]:.4g})"
+    return Status.PASS, f"loss {vals[0]:.4g} -> {vals[-1]:.4g}"
 
 
-def dataloader_status(best_ips: float | None, zero_ips: float | None, cpus: int) -> str | None:
+def dataloader_status(best_ips: float | None, zero_ips: float | None, cpus: int) -> Status | None:
     """Workers should beat num_workers=0 by 1.2x when there are at least 4 CPUs (measured on a 2-core VM: 2 workers = 1.56x
     on 2 cores). None when it cannot be judged (too few CPUs to expect a gain)."""
     if not best_ips or not zero_ips:
         return None
     if cpus < 4:
         return None
-    return PASS if best_ips >= 1.2 * zero_ips else WARN
+    return Status.PASS if best_ips >= 1.2 * zero_ips else Status.WARN

@@ -8,43 +8,43 @@ from hostcheck.checks.workload import judge as J
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
 from hostcheck.gather.workload import WorkloadRun, started, suite_run_for, suite_section
-from hostcheck.registry import Outcome
+from hostcheck.registry import Outcome, Status, worst
 
 
 @workload_check("workload.E009", "AMP training step numerics", 2.0, "amp")
 def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     data, err = suite_section(run, "amp")
     if data is None:
-        return _f(J.ERROR, f"AMP step not run: {err}")
+        return _f(Status.ERROR, f"AMP step not run: {err}")
     statuses, details, bad = [], [], []
     for kind, modes in (data.get("models") or {}).items():
         for mode, r in modes.items():
             if "error" in r:
-                statuses.append(J.ERROR)
+                statuses.append(Status.ERROR)
                 bad.append(f"{kind} {mode}: raised {r['error']}")
                 continue
             st, why = J.loss_numerics(r.get("losses") or [])
             if mode == "fp16":
                 sst = J.scaler_status(int(r.get("skipped") or 0), int(r.get("steps") or 0))
-                if sst != J.PASS:
+                if sst != Status.PASS:
                     why += f"; GradScaler skipped {r.get('skipped')} of {r.get('steps')} steps"
-                    st = J.worst([st, sst])
+                    st = worst([st, sst])
             statuses.append(st)
             line = f"{kind} {mode}: {why}"
             details.append(line)
-            if st != J.PASS:
+            if st != Status.PASS:
                 bad.append(line)
     status = verdict_or_skip(statuses)
-    if status == J.PASS:
+    if status == Status.PASS:
         msg = f"finite losses that fall, GradScaler healthy ({len(statuses)} model/precision runs, {data.get('device')})"
-    elif status == J.SKIP:
+    elif status == Status.SKIP:
         msg = "no AMP runs recorded"
     else:
         msg = "; ".join(bad)[:500]
     hint = (
         "a numerics failure on a healthy stack points at the GPU (ECC, row remaps) or a broken torch/cuDNN "
         "install; re-run, then run with CUDA_LAUNCH_BLOCKING=1 for the failing precision"
-        if status in (J.FAIL, J.ERROR)
+        if status in (Status.FAIL, Status.ERROR)
         else None
     )
     return _f(status, msg, details=tuple(details), hint=hint)
@@ -54,7 +54,7 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     data, err = suite_section(run, "amp")
     if data is None:
-        return _f(J.ERROR, f"AMP step not run: {err}")
+        return _f(Status.ERROR, f"AMP step not run: {err}")
     speedups, details = {}, []
     for kind, modes in (data.get("models") or {}).items():
         base = num((modes.get("fp32") or {}).get("per_s"))
@@ -71,7 +71,7 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         if best:
             speedups[kind] = best
     if not speedups:
-        return _f(J.ERROR, "no AMP timing recorded", details=tuple(details))
+        return _f(Status.ERROR, "no AMP timing recorded", details=tuple(details))
     if data.get("conv_tf32"):
         # torch's default, which a training job gets too; the transformer's fp32 matmuls stay IEEE.
         details.append(
@@ -82,7 +82,7 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     summary = ", ".join(f"{k} {v[0]:.2f}x ({v[1]})" for k, v in speedups.items())
     if not on_gpu:
         return _f(
-            J.SKIP,
+            Status.SKIP,
             f"on the CPU, no verdict: {summary}",
             value=round(sp, 3),
             unit="x",
@@ -90,7 +90,7 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         )
     status = J.amp_speedup_status(sp)
     hint = None
-    if status in (J.WARN, J.FAIL):
+    if status in (Status.WARN, Status.FAIL):
         hint = (
             "AMP gives no speedup: check that the GPU has tensor cores (compute capability >= 7.0), that "
             "cuDNN is loaded (torch.backends.cudnn.is_available()), that the GPU is not throttling, and that "
@@ -111,7 +111,7 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     data, err = suite_section(run, "dataloader")
     if data is None:
-        return _f(J.ERROR, f"DataLoader probe not run: {err}")
+        return _f(Status.ERROR, f"DataLoader probe not run: {err}")
     results = data.get("results") or {}
     details, errors = [], []
     for w, r in sorted(results.items(), key=lambda kv: int(kv[0])):
@@ -131,7 +131,7 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         shm = data.get("shm_bytes")
         shm_s = f"/dev/shm is {shm / 2**20:.0f} MiB; " if isinstance(shm, int) else ""
         return _f(
-            J.FAIL,
+            Status.FAIL,
             "DataLoader failed: " + "; ".join(errors)[:400],
             value=best_ips,
             unit="img/s",
@@ -142,21 +142,21 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         )
     st = J.dataloader_status(best_ips, zero, int(data.get("cpus") or 0))
     if best_ips is None:
-        return _f(J.ERROR, "DataLoader measured nothing", details=tuple(details))
+        return _f(Status.ERROR, "DataLoader measured nothing", details=tuple(details))
     gain = f", {best_ips / zero:.2f}x num_workers=0" if zero and best else ""
     if best == 0:
         settings = f"num_workers=0 (no worker count beat it), pin_memory={data.get('pin_memory')}"
     msg = f"{best_ips:.0f} img/s with {settings}{gain} ({data.get('crop')} px crops, {data.get('cpus')} CPUs)"
     if st is None:
         return _f(
-            J.PASS,
+            Status.PASS,
             msg + "; too few CPUs to expect a gain from workers",
             value=best_ips,
             unit="img/s",
             details=tuple(details),
         )
     hint = None
-    if st == J.WARN:
+    if st == Status.WARN:
         hint = (
             "workers do not speed up decoding: check CPU affinity/cgroup CPU limits (os.sched_getaffinity), "
             "OMP_NUM_THREADS oversubscription in workers, pillow-simd, and /dev/shm"
@@ -205,12 +205,12 @@ _HINT_NCCL = (
 @workload_check("workload.E012", "DDP: process group, all_reduce, training step", 2.0, "ddp")
 def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.ddp_mode:
-        return _f(J.SKIP, "DDP probe not run")
+        return _f(Status.SKIP, "DDP probe not run")
     recs, errors, hung = _ddp_records(run)
     if errors or not recs:
         why = "; ".join(errors)[:500] or "no rank reported"
         msg = ("DDP hung: " if hung else "DDP failed: ") + why
-        return _f(J.FAIL if hung else J.ERROR, msg, hint=_HINT_NCCL)
+        return _f(Status.FAIL if hung else Status.ERROR, msg, hint=_HINT_NCCL)
     world = int(recs[0].get("world") or len(recs))
     backend = recs[0].get("backend")
     bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
@@ -221,20 +221,20 @@ def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     )
     if bad:
         return _f(
-            J.FAIL,
+            Status.FAIL,
             f"{backend} world {world}: wrong all_reduce or diverged DDP step on {len(bad)} rank(s)",
             details=details,
             hint=_HINT_NCCL,
         )
     if backend == "gloo":
         return _f(
-            J.PASS,
+            Status.PASS,
             f"no GPU: a {world}-process gloo run proves the distributed path (all_reduce sum "
             f"= {world}, one DDP step); NCCL not exercised",
             details=details,
         )
     return _f(
-        J.PASS,
+        Status.PASS,
         f"NCCL world {world} ({run.ddp_mode}): all_reduce sum = {world}, DDP step in sync",
         details=details,
     )
@@ -243,10 +243,10 @@ def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 @workload_check("workload.E013", "all_reduce bus bandwidth", 1.0, "ddp")
 def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.ddp_mode:
-        return _f(J.SKIP, "DDP probe not run")
+        return _f(Status.SKIP, "DDP probe not run")
     recs, errors, _ = _ddp_records(run)
     if errors or not recs:
-        return _f(J.ERROR, "not measured: the DDP probe failed")
+        return _f(Status.ERROR, "not measured: the DDP probe failed")
     world = int(recs[0].get("world") or len(recs))
     backend = recs[0].get("backend")
     r0 = next((r for r in recs if r.get("rank") == 0), recs[0])
@@ -255,7 +255,7 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     size = f"{(r0.get('bw_bytes') or 0) / 2**20:.0f} MiB"
     if backend != "nccl":
         return _f(
-            J.SKIP,
+            Status.SKIP,
             f"gloo on the CPU: busbw {bus:.2f} GB/s at {size}, not judged"
             if bus is not None
             else "not measured",
@@ -264,7 +264,7 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         )
     if world < 2:
         return _f(
-            J.SKIP,
+            Status.SKIP,
             f"one GPU: no inter-GPU traffic (algbw {alg:.0f} GB/s at {size} is a local copy)"
             if alg
             else "one GPU: all_reduce moves no data, bandwidth not measured",
@@ -293,8 +293,8 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
                 "needs large messages), so below it only warns"
             )
     if st is None:
-        return _f(J.SKIP, msg + ", no verdict", value=bus, unit="GB/s")
-    hint = _HINT_NCCL if st in (J.WARN, J.FAIL) else None
+        return _f(Status.SKIP, msg + ", no verdict", value=bus, unit="GB/s")
+    hint = _HINT_NCCL if st in (Status.WARN, Status.FAIL) else None
     if hint and line is not None and (nbytes is None or nbytes < line.bytes):
         hint = (
             "measure at the line's size: a longer budget (--profile burnin) or "
@@ -306,7 +306,7 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 @workload_check("workload.E014", "Multi-node DDP", 1.0)
 def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.multinode_requested:
-        return _f(J.SKIP, "not requested (give --nnodes and --rdzv-endpoint)")
+        return _f(Status.SKIP, "not requested (give --nnodes and --rdzv-endpoint)")
     recs, errors = [], []
     for r in run.multinode:
         recs += [x.get("data") or {} for x in r.records if x.get("probe") == "ddp_worker" and x.get("ok")]
@@ -321,7 +321,7 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if errors or not recs:
         hung = any(r.timed_out for r in run.multinode)
         return _f(
-            J.FAIL if hung else J.ERROR,
+            Status.FAIL if hung else Status.ERROR,
             "multi-node DDP "
             + ("hung: " if hung else "failed: ")
             + ("; ".join(errors) or "no rank reported")[:500],
@@ -339,12 +339,12 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     )
     if bad:
         return _f(
-            J.FAIL,
+            Status.FAIL,
             f"world {world}: wrong all_reduce or diverged DDP step on {len(bad)} local rank(s)",
             details=details,
         )
     return _f(
-        J.PASS,
+        Status.PASS,
         f"world {world}: {len(recs)} local rank(s) correct{bw}",
         value=num(r0.get("busbw_gbs")) if r0 else None,
         unit="GB/s",
@@ -355,7 +355,7 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 @workload_check("workload.E015", "Burn-in stress", 1.0)
 def burn(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.burn_requested:
-        return _f(J.SKIP, "not requested (--burn SECONDS)")
+        return _f(Status.SKIP, "not requested (--burn SECONDS)")
     b = run.burn
     rec = (
         next((x for x in reversed(b.records) if x.get("probe") == "burn" and x.get("ok")), None)
@@ -364,21 +364,21 @@ def burn(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     )
     if rec is None:
         why = b.error if b else "not run"
-        return _f(J.FAIL if b and b.timed_out else J.ERROR, f"burn did not finish: {why}")
+        return _f(Status.FAIL if b and b.timed_out else Status.ERROR, f"burn did not finish: {why}")
     statuses, details = [], []
     for g in (rec.get("data") or {}).get("gpus") or []:
         first, last, lo = num(g.get("tflops_first")), num(g.get("tflops_last")), num(g.get("tflops_min"))
         med = num(g.get("tflops_median"))
-        st = J.PASS
+        st = Status.PASS
         notes = []
         if g.get("mismatches") or not g.get("finite", True):
-            st = J.FAIL
+            st = Status.FAIL
             notes.append(f"{g.get('mismatches')} result mismatch(es): the same product changed")
-        if med and lo is not None and lo < 0.9 * med and st == J.PASS:
-            st = J.WARN
+        if med and lo is not None and lo < 0.9 * med and st == Status.PASS:
+            st = Status.WARN
             notes.append("throughput dipped below 90% of its median (throttling?)")
-        if first and last is not None and last < 0.9 * first and st == J.PASS:
-            st = J.WARN
+        if first and last is not None and last < 0.9 * first and st == Status.PASS:
+            st = Status.WARN
             notes.append("throughput fell over the run (thermal or power throttling)")
         statuses.append(st)
         med_s = f"{med:.0f}" if med is not None else "?"
@@ -391,10 +391,10 @@ def burn(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     secs = (rec.get("data") or {}).get("seconds")
     return _f(
         status,
-        f"{secs:g} s of matmul stress: " + ("stable" if status == J.PASS else "; ".join(details))[:400],
+        f"{secs:g} s of matmul stress: " + ("stable" if status == Status.PASS else "; ".join(details))[:400],
         details=tuple(details),
         hint="look at nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER during a burn; a result mismatch needs the "
         "GPU replaced or RMA'd"
-        if status in (J.WARN, J.FAIL)
+        if status in (Status.WARN, Status.FAIL)
         else None,
     )
