@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from hostcheck.config import default_xid_policy
 from hostcheck.gather.base import (
     NO_PERMISSION,
     NOT_FOUND,
@@ -23,8 +24,8 @@ from hostcheck.gather.base import (
 )
 from hostcheck.gather.fabric import NO_FABRIC, FabricState, gather_fabric
 
-#: The kernel-log window when the caller names none (the shipped XID policy's window_hours).
-XID_WINDOW_HOURS = 2.0
+#: The kernel-log window when the caller names none: the shipped XID policy's window_hours (hostcheck/data/xid.json).
+XID_WINDOW_HOURS = default_xid_policy().window_hours
 NO_DRIVER = Unavailable(NOT_FOUND, "NVIDIA kernel module not loaded (/proc/driver/nvidia/version missing)")
 
 
