@@ -499,14 +499,18 @@ def test_cuda_13_rows_hold_their_own_release_notes_driver():
     }
 
 
-def test_a_toolkit_the_table_lacks_is_refused_not_planned_from_its_major():
+@pytest.mark.parametrize("version", ["13.4", "13.5"])
+def test_a_toolkit_the_table_lacks_is_refused_not_planned_from_its_major(version):
     # Old plan: 13.4 got CUDA 13's minimum (the 13.0 row's driver) and was never held against its own notes.
+    # 13.4 and 13.5 stay refused: their release notes' Linux driver minimum is not confirmed.
     text = refused(
-        plan(driver={"branch": "580"}, cuda={"version": "13.4"}), "CUDA 13.4 is not in the platform data"
+        plan(driver={"branch": "580"}, cuda={"version": version}),
+        f"CUDA {version} is not in the platform data",
     )
     assert "gpunode_cuda_version: 13.3" in text and "gpunode_platform_overrides" in text
-    row = {"13.4": {"min_driver": "615.00.00", "source": "a test row"}}
-    ok(plan(driver={"branch": "620"}, cuda={"version": "13.4"}, overrides={"cuda": row}))
+    # Absent the fault: a site that read the row adds it, and the toolkit is planned against that row.
+    row = {version: {"min_driver": "615.00.00", "source": "a test row"}}
+    ok(plan(driver={"branch": "620"}, cuda={"version": version}, overrides={"cuda": row}))
 
 
 def test_the_toolkit_policy_holds_a_13x_toolkit_to_its_own_driver():
