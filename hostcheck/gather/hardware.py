@@ -14,7 +14,6 @@ message, kernel/hung_task.c; rasdaemon's ``ras-mc-ctl --summary``, util/ras-mc-c
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import time
@@ -25,13 +24,13 @@ from hostcheck.gather.base import (
     NO_PERMISSION,
     NOT_FOUND,
     NOT_INSTALLED,
-    CmdResult,
     Runner,
     Unavailable,
     read_text,
     run_cmd,
 )
 from hostcheck.gather.state import DEFAULT_STATE_FILE, CounterState, load_state, save_state
+from hostcheck.gather.system import read_kernel_log
 
 #: Where a node's /sys and /proc are; a fixture tree in tests.
 HOST_ROOT = "/"
@@ -46,8 +45,6 @@ AER_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal
 AER_TOTALS = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
 #: Tasks read at most (a node has a few thousand): /proc is bounded like any other input.
 MAX_TASKS = 200_000
-#: Kernel-log lines asked of journalctl at most.
-LOG_LINES = 50_000
 
 
 @dataclass(frozen=True)
@@ -276,20 +273,6 @@ def parse_kernel_log(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         elif _HUNG_RE.search(line):
             hung.append(line.strip()[:200])
     return tuple(mce[-50:]), tuple(hung[-50:])
-
-
-def read_kernel_log(runner: Runner, hours: float) -> tuple[str | Unavailable, str]:
-    """The kernel log of the last ``hours`` (journalctl -k, else dmesg), bounded in lines and time."""
-    minutes = max(1, math.ceil(hours * 60))
-    argv = ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "-n", str(LOG_LINES)]
-    j = runner([*argv, "--since", f"-{minutes}min"], 15)
-    if isinstance(j, CmdResult) and j.rc == 0 and "No journal files" not in j.stderr:
-        return j.stdout, f"journalctl -k, last {hours:g} h"
-    d = runner(["dmesg", "--time-format", "iso"], 15)
-    if isinstance(d, CmdResult) and d.rc == 0:
-        return d.stdout, "dmesg (since boot)"
-    why = d.reason if isinstance(d, Unavailable) else (d.stderr.strip()[:120] or f"dmesg exit {d.rc}")
-    return Unavailable(NO_PERMISSION, f"kernel log not readable ({why}); run as root"), "none"
 
 
 def parse_ras_summary(text: str) -> dict[str, int]:

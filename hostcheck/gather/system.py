@@ -91,46 +91,72 @@ _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)")
 _ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})[,.]?\d*([+-]\d{2}:?\d{2})?")
 
 
-def parse_xid_lines(
-    text: str, now: datetime | None = None, hours: float = XID_WINDOW_HOURS
-) -> list[XidEvent]:
-    """XID events from kernel log lines; lines with an ISO timestamp older than ``hours`` are dropped."""
+#: Kernel-log lines asked of journalctl at most: a flood of messages cannot make a run read without end.
+KERNEL_LOG_LINES = 50_000
+
+
+def within_window(text: str, hours: float, now: datetime | None = None) -> list[str]:
+    """The lines of ``text`` not older than ``hours``: a line with an ISO timestamp before the cutoff is dropped, a
+    line without one is kept."""
     cutoff = (now or datetime.now(timezone.utc)) - timedelta(hours=hours)
-    events = []
+    kept = []
     for line in text.splitlines():
-        m = _XID_RE.search(line)
-        if not m:
-            continue
         t = _ISO_RE.match(line)
         if t:
             try:
                 tz = (t.group(2) or "+00:00").replace(":", "")
-                ts = datetime.strptime(t.group(1) + tz, "%Y-%m-%dT%H:%M:%S%z")
-                if ts < cutoff:
+                if datetime.strptime(t.group(1) + tz, "%Y-%m-%dT%H:%M:%S%z") < cutoff:
                     continue
             except ValueError:
                 pass
-        events.append(XidEvent(pci=m.group(1).lower(), xid=int(m.group(2)), text=m.group(3).strip()[:160]))
+        kept.append(line)
+    return kept
+
+
+def parse_xid_lines(
+    text: str, now: datetime | None = None, hours: float = XID_WINDOW_HOURS
+) -> list[XidEvent]:
+    """XID events from kernel log lines; lines with an ISO timestamp older than ``hours`` are dropped."""
+    events = []
+    for line in within_window(text, hours, now):
+        m = _XID_RE.search(line)
+        if m:
+            events.append(
+                XidEvent(pci=m.group(1).lower(), xid=int(m.group(2)), text=m.group(3).strip()[:160])
+            )
     return events
+
+
+def read_kernel_log(
+    runner: Runner = run_cmd, hours: float = XID_WINDOW_HOURS
+) -> tuple[str | Unavailable, str]:
+    """The kernel log of the last ``hours`` and where it came from: journalctl -k (journald applies the window,
+    at most KERNEL_LOG_LINES lines), else dmesg cut to the same window. The one reader of the kernel log: the XIDs
+    (here) and the machine checks and hung tasks (gather.hardware) both come from it."""
+    # Whole minutes, rounded up: a window under a minute would otherwise ask journald for none.
+    minutes = max(1, math.ceil(hours * 60))
+    argv = ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "-n", str(KERNEL_LOG_LINES)]
+    j = runner([*argv, "--since", f"-{minutes}min"], 15)
+    journal_ok = isinstance(j, CmdResult) and j.rc == 0 and "No journal files" not in j.stderr
+    if journal_ok and j.stdout.strip():
+        return j.stdout, f"journalctl -k, last {hours:g} h"
+    d = runner(["dmesg", "--time-format", "iso"], 15)
+    if isinstance(d, CmdResult) and d.rc == 0:
+        return "\n".join(within_window(d.stdout, hours)), f"dmesg, last {hours:g} h"
+    if journal_ok:  # journald answered with an empty window and dmesg is not readable
+        return "", f"journalctl -k, last {hours:g} h"
+    why = d.reason if isinstance(d, Unavailable) else (d.stderr.strip()[:120] or f"dmesg exit {d.rc}")
+    return Unavailable(NO_PERMISSION, f"kernel log not readable ({why}); run as root"), "none"
 
 
 def read_xids(
     runner: Runner = run_cmd, hours: float = XID_WINDOW_HOURS
 ) -> tuple[tuple[XidEvent, ...] | Unavailable, str]:
-    """XIDs from journalctl -k (the window is applied by journald); dmesg when journald has nothing."""
-    # Whole minutes, rounded up: a window under a minute would otherwise ask journald for none.
-    minutes = max(1, math.ceil(hours * 60))
-    j = runner(["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "--since", f"-{minutes}min"], 15)
-    journal_ok = isinstance(j, CmdResult) and j.rc == 0 and "No journal files" not in j.stderr
-    if journal_ok and j.stdout.strip():
-        return tuple(parse_xid_lines(j.stdout, hours=hours)), f"journalctl -k, last {hours:g} h"
-    d = runner(["dmesg", "--time-format", "iso"], 15)
-    if isinstance(d, CmdResult) and d.rc == 0:
-        return tuple(parse_xid_lines(d.stdout, hours=hours)), f"dmesg, last {hours:g} h"
-    if journal_ok:  # journald answered with an empty window and dmesg is not readable
-        return (), f"journalctl -k, last {hours:g} h"
-    why = d.reason if isinstance(d, Unavailable) else (d.stderr.strip() or f"dmesg exit {d.rc}")
-    return Unavailable(NO_PERMISSION, f"kernel log not readable ({why}); run as root"), "none"
+    """XIDs in the kernel log of the last ``hours`` (read_kernel_log)."""
+    text, source = read_kernel_log(runner, hours)
+    if isinstance(text, Unavailable):
+        return text, source
+    return tuple(parse_xid_lines(text, hours=hours)), source
 
 
 def _physical_cores(cpus: list[int]) -> int:

@@ -18,6 +18,7 @@ from hostcheck.gather.system import (
     parse_driver_version,
     parse_os_release,
     parse_xid_lines,
+    read_kernel_log,
     read_xids,
 )
 from hostcheck.gather.torchinfo import choose_python, gather_torch, probe_snapshot
@@ -243,6 +244,26 @@ def test_read_xids_prefers_journal_and_falls_back_when_it_is_empty():
 
     events, source = read_xids(journal)
     assert source.startswith("journalctl")
+
+
+def test_the_kernel_log_from_dmesg_is_cut_to_the_window_for_every_reader():
+    """One reader for XIDs and machine checks: dmesg (since boot) is cut to the window as journald's answer is."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    old = "2020-01-01T00:00:00+00:00 kernel: mce: [Hardware Error]: Machine check events logged\n"
+    new = f"{now.isoformat()} kernel: mce: [Hardware Error]: Machine check events logged\n"
+
+    def runner(argv, timeout):
+        return (
+            CmdResult(1, "", "No journal files were found.")
+            if argv[0] == "journalctl"
+            else CmdResult(0, old + new, "")
+        )
+
+    text, source = read_kernel_log(runner, 2.0)
+    assert source == "dmesg, last 2 h" and text.splitlines() == [new.strip()]
+    # absent: a window that reaches back to the old line keeps both
+    text, _ = read_kernel_log(runner, 24 * 365 * 10)
+    assert len(text.splitlines()) == 2
 
 
 # NVSwitches on the PCI bus and Fabric Manager (hostcheck.gather.fabric)
