@@ -10,8 +10,8 @@ by each field's short name (dcgmlib/src/dcgm_fields.cpp: GRACT, SMACT, SMOCC), a
 when no host engine runs) are lines that start with ``Error``.
 
 It starts through the one launcher (hostcheck.child.launch): a session of its own, killed with the run. Its
-output goes to a private temporary file, read at most :data:`MAX_OUTPUT` bytes in all; lines longer than
-:data:`MAX_LINE` are dropped. The parser is a pure function of the text. Nothing here raises: a dmon that is
+output is a pipe read without blocking, at most :data:`MAX_OUTPUT` bytes in all (a dmon that floods it blocks
+on the full pipe; one past the cap is stopped); lines longer than :data:`MAX_LINE` are dropped. The parser is a pure function of the text. Nothing here raises: a dmon that is
 absent, fails, hangs or prints garbage gives no rows and a sentence saying why, and the caller falls back.
 """
 
@@ -22,7 +22,6 @@ import math
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 
 from hostcheck.child.launch import Launch, describe_rc
@@ -119,7 +118,6 @@ class DcgmSampler:
         self._read = 0
         self._launch: Launch | None = None
         self._proc: subprocess.Popen | None = None
-        self._out = None
         path = dcgmi or shutil.which("dcgmi")
         if path is None:
             self.absent = True
@@ -127,26 +125,41 @@ class DcgmSampler:
             return
         ms = max(MIN_DELAY_MS, round(interval_s * 1000))
         argv = [path, "dmon", "-e", ",".join(str(f) for f in FIELDS), "-d", str(ms)]
-        self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self._launch = Launch()
         try:
             self._proc = self._launch.start(
-                argv, env=dict(os.environ), stdout=self._out, stderr=subprocess.STDOUT
+                argv, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
         except OSError as exc:
             self.error = f"dcgmi could not start: {exc}"
             return
         if self._proc is None:
             self.error = "dcgmi dmon not started: the run was interrupted"
+            return
+        # Never wait on dmon: a pipe read without blocking; one that floods it just blocks on a full pipe.
+        os.set_blocking(self._proc.stdout.fileno(), False)
+
+    def _drain(self) -> tuple[bytes, bool]:
+        """What dmon wrote since the last call (at most what is left of MAX_OUTPUT), and whether it closed."""
+        chunks, n = [], 0
+        fd = self._proc.stdout.fileno()
+        while n < MAX_OUTPUT - self._read:
+            try:
+                data = os.read(fd, min(1 << 16, MAX_OUTPUT - self._read - n))
+            except BlockingIOError:
+                return b"".join(chunks), False
+            if not data:
+                return b"".join(chunks), True
+            chunks.append(data)
+            n += len(data)
+        return b"".join(chunks), False
 
     def poll(self) -> list[DcgmRow]:
         """The complete rows dmon printed since the last call; sets ``error`` when it failed or ended."""
-        if self._proc is None or self._out is None:
+        if self._proc is None:
             return []
-        ended = self._proc.poll()
-        room = MAX_OUTPUT - self._read
         try:
-            data = os.pread(self._out.fileno(), min(room, 1 << 20), self._read) if room > 0 else b""
+            data, closed = self._drain()
         except (OSError, ValueError) as exc:  # ValueError: closed already
             self.error = f"dcgmi dmon's output could not be read: {exc}"
             self._stop()
@@ -159,25 +172,29 @@ class DcgmSampler:
         if self._read >= MAX_OUTPUT:
             self.error = f"dcgmi dmon printed more than {MAX_OUTPUT} bytes: stopped"
             self._stop()
-        elif ended is not None and not data:
-            if not self.error:
-                self.error = f"dcgmi dmon ended ({describe_rc(ended)})" + (
-                    "" if self.rows else " without a row"
-                )
+        elif closed:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(0.5)  # closed its output: exiting; its own status, not our SIGKILL
             self._stop()
+            if not self.error:
+                rc = self._proc_rc
+                said = f"dcgmi dmon ended ({describe_rc(rc)})" if rc is not None else "dcgmi dmon ended"
+                self.error = said + ("" if self.rows else " without a row")
         return rows
+
+    _proc_rc: int | None = None
 
     def _stop(self) -> None:
         if self._launch is not None:
-            self._launch.end()
+            self._launch.end()  # kills its group and reaps it
+        if self._proc is not None:
+            self._proc_rc = self._proc.returncode
+            with contextlib.suppress(OSError):
+                self._proc.stdout.close()
         self._proc = None
 
     def close(self) -> None:
         """Stop dmon (its whole group) and say why there were no rows, if there were none."""
         self._stop()
-        if self._out is not None:
-            with contextlib.suppress(OSError):
-                self._out.close()
-            self._out = None
         if not self.rows and not self.error:
             self.error = "dcgmi dmon gave no row (no answer from the host engine)"

@@ -157,6 +157,8 @@ def render_text(a: Analysis, v: Verdict) -> str:
             )
     else:
         lines.append(f"  GPU       none sampled ({a.gpu_error or 'no GPU'})")
+        if a.dcgm_error:
+            lines.append(f"  DCGM      profiling fields not used: {a.dcgm_error}")
     if a.comm.get("share") is not None or a.comm.get("ddp"):
         lines.append(
             f"  comm      communication inside the loop {pct(a.comm.get('share'))} of it; collectives "
