@@ -22,7 +22,9 @@ import math
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hostcheck.child.launch import Launch, describe_rc
 
@@ -198,3 +200,44 @@ class DcgmSampler:
         self._stop()
         if not self.rows and not self.error:
             self.error = "dcgmi dmon gave no row (no answer from the host engine)"
+
+
+# --- from rows to the report's figures (hostcheck.job.analyse) --------------------------------------------------
+
+
+def dcgm_by_gpu(
+    samples: Sequence[tuple[float, DcgmRow]], s0: float, s1: float, gpus: set[int]
+) -> dict[int, list[DcgmRow]]:
+    """The rows read between ``s0`` and ``s1`` (all of them when none was), by GPU. DCGM's GPU ids are taken as
+    NVML's indices (they are, unless GPUs are hidden from the host engine); where NVML named GPUs (``gpus``),
+    only those."""
+    rows = [r for t, r in samples if s0 <= t <= s1] or [r for _t, r in samples]
+    out: dict[int, list[DcgmRow]] = {}
+    for r in rows:
+        if not gpus or r.gpu in gpus:
+            out.setdefault(r.gpu, []).append(r)
+    return out
+
+
+def dcgm_means(rows: Sequence[DcgmRow]) -> dict[str, Any]:
+    """One GPU's figures for the report: its rows and their means (None without a value)."""
+
+    def mean(attr: str) -> float | None:
+        vals = [getattr(r, attr) for r in rows if getattr(r, attr) is not None]
+        return round(sum(vals) / len(vals), 1) if vals else None
+
+    return {
+        "dcgm_samples": len(rows),
+        "dcgm_sm_active_mean": mean("sm_active_pct"),
+        "dcgm_sm_occupancy_mean": mean("sm_occupancy_pct"),
+        "dcgm_gr_active_mean": mean("gr_active_pct"),
+    }
+
+
+def dcgm_line(samples: Sequence[tuple[float, DcgmRow]], gpus: set[int], t0: float) -> list[list[float]]:
+    """The timeline's GPU line from DCGM: [seconds since ``t0``, mean SM activity of ``gpus`` (all: empty)]."""
+    by_t: dict[float, list[float]] = {}
+    for t, r in samples:
+        if r.sm_active_pct is not None and (not gpus or r.gpu in gpus):
+            by_t.setdefault(t, []).append(r.sm_active_pct)
+    return [[round(t - t0, 3), round(sum(v) / len(v), 1)] for t, v in sorted(by_t.items())]
