@@ -18,13 +18,16 @@ from typing import Any
 
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.datapath import BlockDevice, DataDir
+from hostcheck.job.dcgm import dcgm_by_gpu, dcgm_line, dcgm_means
 from hostcheck.job.observe import Observation
 from hostcheck.job.records import HookProcess, LoopTimes, loop_times, step_spans, wait_in_bins
 from hostcheck.job.sample import CLK_TCK, ProcSample
 
 #: The GPU signals, in their order of preference (docs/job.md): SM activity from NVML's GPM metrics (Hopper and
-#: later), then NVML utilisation, labelled for what it is wherever it is shown.
+#: later), then DCGM's profiling fields (dcgmi dmon), then NVML utilisation, labelled wherever it is shown.
 SIGNAL_GPM = "sm-activity (NVML GPM)"
+SIGNAL_DCGM = "sm-activity (DCGM profiling)"
+_SIGNAL_KEY = {SIGNAL_GPM: "sm_active_mean", SIGNAL_DCGM: "dcgm_sm_active_mean"}
 SIGNAL_UTIL = "utilisation (NVML; kernel-time utilisation, not SM activity)"
 #: Bins of the timeline's data wait, about, and the narrowest bin.
 TIMELINE_BINS = 240
@@ -86,6 +89,7 @@ class Analysis:
     stacks: dict[str, Any] = field(default_factory=dict)
     #: Hook record files or records not used (a FIFO, a link, a wrong type), each with its reason.
     records_dropped: tuple[str, ...] = ()
+    dcgm_error: str | None = None  # why dcgmi dmon gave nothing; None where there is no dcgmi
 
     @property
     def gpu_used(self) -> bool:
@@ -94,11 +98,13 @@ class Analysis:
     @property
     def gpu_signal(self) -> str | None:
         """Which figure says how busy the GPUs were: SM activity from NVML's GPM metrics where every GPU the
-        job used has it, else NVML utilisation (the last resort: the share of time any kernel ran, not how
-        much of the GPU it used); None without GPU figures."""
+        job used has it, else from DCGM's profiling fields where every one has those, else NVML utilisation
+        (the last resort: the share of time any kernel ran, not how much of the GPU it used); None without."""
         used = self._judged_gpus()
         if used and all(g.get("sm_active_mean") is not None for g in used):
             return SIGNAL_GPM
+        if used and all(g.get("dcgm_sm_active_mean") is not None for g in used):
+            return SIGNAL_DCGM
         if any(g.get("util_mean") is not None for g in used):
             return SIGNAL_UTIL
         return None
@@ -107,7 +113,7 @@ class Analysis:
     def gpu_util(self) -> float | None:
         """Mean activity of the GPUs the job used (all GPUs when NVML listed no process of the job's), in the
         :attr:`gpu_signal`'s terms."""
-        key = "sm_active_mean" if self.gpu_signal == SIGNAL_GPM else "util_mean"
+        key = _SIGNAL_KEY.get(self.gpu_signal or "", "util_mean")
         vals = [g[key] for g in self._judged_gpus() if g.get(key) is not None]
         return sum(vals) / len(vals) if vals else None
 
@@ -255,6 +261,8 @@ def _gpus(obs: Observation, s0: float, s1: float) -> tuple[dict[str, Any], ...]:
     for _t, gpus in samples:
         for g in gpus:
             by_gpu.setdefault(g.index, []).append(g)
+    dcgm = dcgm_by_gpu(obs.dcgm_samples, s0, s1, set(by_gpu))
+    by_gpu.update({i: [] for i in dcgm if i not in by_gpu})
     job_pids = set(obs.procs)
     out = []
     for i, gs in sorted(by_gpu.items()):
@@ -277,6 +285,7 @@ def _gpus(obs: Observation, s0: float, s1: float) -> tuple[dict[str, Any], ...]:
                 "sm_clock_mean_mhz": _r(mean("sm_clock_mhz"), 0),
                 "sm_active_mean": _r(mean("sm_active_pct"), 1),
                 "sm_occupancy_mean": _r(mean("sm_occupancy_pct"), 1),
+                **dcgm_means(dcgm.get(i, [])),
                 "pcie_rx_mb_s": _r(rx * 1024 / 1e6, 1) if rx is not None else None,
                 "pcie_tx_mb_s": _r(tx * 1024 / 1e6, 1) if tx is not None else None,
                 "used_by_job": bool(set(obs.gpu_pids.get(i, ())) & job_pids),
@@ -516,6 +525,7 @@ def analyse(
         shm={"size_bytes": obs.shm_size, "peak_bytes": obs.shm_max_used, "start_bytes": obs.shm_start_used},
         gpus=_gpus(obs, s0, s1),
         gpu_error=obs.gpu_error,
+        dcgm_error=obs.dcgm_error,
         comm=_comm(ranks, {p.pid: p for p in ranks_p}),
         errors=tuple(errors),
         data_dirs=tuple(_dir_dict(d) for d in data_dirs),
@@ -550,10 +560,12 @@ def _timeline(obs: Observation, ranks: Sequence[HookProcess], times: dict[int, L
         vals = [r[k] for r in per_rank if r[k] is not None]
         wait.append(round(100 * min(1.0, sum(vals) / len(vals)), 1) if vals else None)
     used = {i for i, pids in obs.gpu_pids.items() if set(pids) & set(obs.procs)}
-    # The picture's line is one signal for the whole run: SM activity where GPM gave it, else utilisation.
+    # The picture's line is one signal for the whole run: SM activity from GPM, else from DCGM, else utilisation.
     gpm = any(g.sm_active_pct is not None for _t, gpus in obs.gpu_samples for g in gpus)
-    gpu = []
-    for t, gpus in obs.gpu_samples:
+    dcgm = not gpm and any(r.sm_active_pct is not None for _t, r in obs.dcgm_samples)
+    nvml_gpus = {g.index for _t, gpus in obs.gpu_samples for g in gpus} if dcgm else set()
+    gpu = dcgm_line(obs.dcgm_samples, used or nvml_gpus, obs.t0) if dcgm else []
+    for t, gpus in () if dcgm else obs.gpu_samples:
         mine = [g for g in gpus if not used or g.index in used]
         vals = [g.sm_active_pct if gpm else g.util_pct for g in mine]
         vals = [v for v in vals if v is not None]
@@ -582,7 +594,7 @@ def _timeline(obs: Observation, ranks: Sequence[HookProcess], times: dict[int, L
         "bin_s": round(width, 4),
         "wait_pct": wait,
         "gpu": gpu,
-        "gpu_signal": (SIGNAL_GPM if gpm else SIGNAL_UTIL) if gpu else None,
+        "gpu_signal": (SIGNAL_GPM if gpm else SIGNAL_DCGM if dcgm else SIGNAL_UTIL) if gpu else None,
         "cpu": cpu,
         "cores": obs.cores,
     }

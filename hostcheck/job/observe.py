@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from hostcheck.child.launch import Launch
 from hostcheck.gather.nvml import GpuSample, NvmlSampler
+from hostcheck.job.dcgm import DcgmRow, DcgmSampler
 from hostcheck.job.sample import ProcInfo, ProcSample, ProcSampler, Series
 
 #: The folder whose sitecustomize.py loads the hook (started by path: this side never imports it).
@@ -77,6 +78,10 @@ class Observation:
     #: GPU index -> the pids NVML listed on it during the run.
     gpu_pids: dict[int, tuple[int, ...]] = field(default_factory=dict)
     sampler_error: str | None = None
+    #: DCGM's profiling rows (``dcgmi dmon``), each with when it was read; why there are none (None where the
+    #: node has no dcgmi at all).
+    dcgm_samples: tuple[tuple[float, DcgmRow], ...] = ()
+    dcgm_error: str | None = None
 
 
 def usable_cores() -> int:
@@ -119,6 +124,7 @@ def observe(
     grace: float = 5.0,
     nvml_factory: Callable[[], NvmlSampler] = NvmlSampler,
     env: dict[str, str] | None = None,
+    dcgm_factory: Callable[[float], DcgmSampler] = DcgmSampler,
 ) -> Observation:
     """Run ``argv`` with the hook, sample it, end it (see the module's docstring)."""
     started_wall = time.time()
@@ -174,8 +180,18 @@ def observe(
             for gpu, pids in nvml.processes().items():
                 gpu_pids.setdefault(gpu, set()).update(pids)
 
+    dcgm_series = Series()
+    dcgm_box: dict[str, Any] = {}
+
+    def sample_dcgm(now: float, n: int) -> None:
+        if "dcgm" not in dcgm_box:
+            dcgm_box["dcgm"] = dcgm_factory(interval)
+        for row in dcgm_box["dcgm"].poll():
+            dcgm_series.append((now, row))
+
     loops = [_Loop("hostcheck-job-proc", interval, sample_procs, stop)]
     loops.append(_Loop("hostcheck-job-gpu", interval, sample_gpus, stop))
+    loops.append(_Loop("hostcheck-job-dcgm", interval, sample_dcgm, stop))
     for loop in loops:
         with contextlib.suppress(RuntimeError):  # no thread to be had: the job runs unobserved
             loop.start()
@@ -204,6 +220,9 @@ def observe(
         nvml = nvml_box.get("nvml")
         if nvml is not None:
             nvml.close()
+        dcgm = dcgm_box.get("dcgm")
+        if dcgm is not None:
+            dcgm.close()
     rc = p.returncode
     if ended_by == "window":
         code = 0
@@ -213,6 +232,9 @@ def observe(
         code = rc if rc is not None and rc >= 0 else 128 + -(rc or 0)
     gpu_loop = loops[1]
     proc_loop = loops[0]
+    dcgm_error = loops[2].error
+    if dcgm is not None and not dcgm.absent:
+        dcgm_error = dcgm_error or dcgm.error
     return Observation(
         argv=tuple(argv),
         run_dir=run_dir,
@@ -235,6 +257,8 @@ def observe(
         gpu_error=gpu_loop.error,
         gpu_pids={k: tuple(sorted(v)) for k, v in gpu_pids.items()},
         sampler_error=proc_loop.error,
+        dcgm_samples=tuple(dcgm_series.items),
+        dcgm_error=dcgm_error,
     )
 
 

@@ -294,7 +294,7 @@ WIDTH, HEIGHT = 960, 500
 def _gpu_label(signal: Any) -> str:
     """The green line's name says which signal it is (utilisation is only the share of time a kernel ran)."""
     if isinstance(signal, str) and signal.startswith("sm-activity"):
-        return "GPU SM activity % (NVML GPM)"
+        return "GPU SM activity % (DCGM profiling)" if "DCGM" in signal else "GPU SM activity % (NVML GPM)"
     return "GPU utilisation % (kernel time, not SM activity)"
 
 

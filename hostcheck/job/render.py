@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
-from hostcheck.job.analyse import Analysis
+from hostcheck.job.analyse import SIGNAL_DCGM, Analysis
 from hostcheck.job.verdict import Verdict, pct
 
 
@@ -133,6 +133,8 @@ def render_text(a: Analysis, v: Verdict) -> str:
     lines.append(f"  /dev/shm  peak {_bytes(shm.get('peak_bytes'))} of {_bytes(shm.get('size_bytes'))}")
     if a.gpus:
         lines.append(f"  GPU       judged by {a.gpu_signal or 'no figure'}")
+        if a.dcgm_error and a.gpu_signal != SIGNAL_DCGM:
+            lines.append(f"  DCGM      profiling fields not used: {a.dcgm_error}")
         for g in a.gpus:
             gpm = (
                 f"SM activity {_num(g.get('sm_active_mean'), '%', 0)}, SM occupancy "
@@ -140,6 +142,12 @@ def render_text(a: Analysis, v: Verdict) -> str:
                 if g.get("sm_active_mean") is not None
                 else ""
             )
+            if g.get("dcgm_sm_active_mean") is not None:
+                gpm += (
+                    f"SM activity {_num(g.get('dcgm_sm_active_mean'), '%', 0)}, SM occupancy "
+                    f"{_num(g.get('dcgm_sm_occupancy_mean'), '%', 0)}, graphics engine "
+                    f"{_num(g.get('dcgm_gr_active_mean'), '%', 0)} (DCGM profiling), "
+                )
             lines.append(
                 f"  GPU {g['index']}     {gpm}utilisation {_num(g.get('util_mean'), '%', 0)} (kernel time, not SM "
                 f"activity), memory {_bytes(g.get('mem_used_max_bytes'))}"
@@ -149,6 +157,8 @@ def render_text(a: Analysis, v: Verdict) -> str:
             )
     else:
         lines.append(f"  GPU       none sampled ({a.gpu_error or 'no GPU'})")
+        if a.dcgm_error:
+            lines.append(f"  DCGM      profiling fields not used: {a.dcgm_error}")
     if a.comm.get("share") is not None or a.comm.get("ddp"):
         lines.append(
             f"  comm      communication inside the loop {pct(a.comm.get('share'))} of it; collectives "
@@ -218,6 +228,7 @@ def report_dict(a: Analysis, v: Verdict, png_path: str | None = None) -> dict[st
                 "shm",
                 "gpus",
                 "gpu_error",
+                "dcgm_error",
                 "comm",
                 "errors",
                 "data_dirs",

@@ -38,7 +38,7 @@ from typing import Any
 
 from hostcheck import fixes
 from hostcheck.config import _threshold_defaults
-from hostcheck.job.analyse import SIGNAL_GPM, Analysis
+from hostcheck.job.analyse import SIGNAL_DCGM, SIGNAL_GPM, Analysis
 
 #: The job doctor's newer thresholds, each with its source or its own-measurement basis.
 JOB_THRESHOLDS_DATA = Path(__file__).resolve().parents[1] / "data" / "job_thresholds.json"
@@ -487,7 +487,7 @@ def _gpu_settings(a: Analysis) -> list[Cause]:
 
 def gpu_target(a: Analysis) -> float:
     """The busy line for the signal the GPUs were judged by (SM activity or, the last resort, utilisation)."""
-    return SM_ACTIVE_TARGET if a.gpu_signal == SIGNAL_GPM else GPU_BUSY_TARGET
+    return SM_ACTIVE_TARGET if a.gpu_signal in (SIGNAL_GPM, SIGNAL_DCGM) else GPU_BUSY_TARGET
 
 
 def gpu_words(a: Analysis) -> str:
@@ -497,6 +497,8 @@ def gpu_words(a: Analysis) -> str:
         return "no GPU figures"
     if a.gpu_signal == SIGNAL_GPM:
         return f"GPU SM activity {util:.0f}% (NVML GPM)"
+    if a.gpu_signal == SIGNAL_DCGM:
+        return f"GPU SM activity {util:.0f}% (DCGM profiling)"
     return f"GPU utilisation {util:.0f}% (NVML: kernel-time utilisation, not SM activity)"
 
 

@@ -1434,6 +1434,22 @@ def _job(script: str, *opts: str, codes: tuple[int, ...] = JOB_RC, **kw: Any) ->
     return lambda c: Run(["job", *opts, "--", "sh", "-c", script + "; exit 3"], codes, **kw)
 
 
+def _job_dcgmi(body: str | None, needle: str) -> Callable[[Ctx], Run]:
+    """``hostcheck job`` with a fake ``dcgmi`` first on PATH running ``body`` (None: a file that cannot run);
+    the job sleeps a second so that dmon is read, and exits 3."""
+
+    def build(c: Ctx) -> Run:
+        d = c.root / "bin"
+        d.mkdir()
+        p = d / "dcgmi"
+        p.write_text("not a program" if body is None else "#!/bin/sh\n" + body + "\n")
+        p.chmod(0o644 if body is None else 0o755)
+        env: dict[str, str | None] = {"PATH": f"{d}{os.pathsep}{os.environ.get('PATH', '')}"}
+        return Run(["job", "--", "sh", "-c", "sleep 1; exit 3"], JOB_RC, env=env, needle=needle)
+
+    return build
+
+
 def _job_report(flag: str, path: Callable[[Ctx], str], codes: tuple[int, ...], needle: str = "") -> Callable:
     def build(c: Ctx) -> Run:
         p = path(c)
@@ -1570,6 +1586,17 @@ HOSTILE_INPUT_ATTACKS = [
     A("job-ulimit-n-16", _job("true", limits={resource.RLIMIT_NOFILE: 16})),
     A("job-ulimit-v-footprint+40MiB", lambda c: _job("true", limits=_v_limit())(c)),
     A("job-leaves-a-daemon", _job("setsid sleep 300 >/dev/null 2>&1 & true")),
+    # job: a hostile dcgmi on PATH (DCGM's profiling fields are read through dcgmi dmon when it is there).
+    A("job-dcgmi-endless-garbage", _job_dcgmi("exec cat /dev/urandom", "dcgmi dmon gave no row")),
+    A(
+        "job-dcgmi-hangs-ignoring-signals",
+        _job_dcgmi("trap '' INT TERM HUP; while :; do sleep 1; done", "gave no row"),
+    ),
+    A(
+        "job-dcgmi-leaves-a-daemon",
+        _job_dcgmi("setsid sleep 300 >/dev/null 2>&1 & exec sleep 300", "gave no row"),
+    ),
+    A("job-dcgmi-not-executable", _job_dcgmi(None, "")),
     A("job-json-dev-full", _job_report("--json", lambda c: "/dev/full", JOB_RC, "writing /dev/full")),
     A(
         "job-json-symlink",
