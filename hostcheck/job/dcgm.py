@@ -11,8 +11,9 @@ when no host engine runs) are lines that start with ``Error``.
 
 It starts through the one launcher (hostcheck.child.launch): a session of its own, killed with the run. Its
 output is a pipe read without blocking, at most :data:`MAX_OUTPUT` bytes in all (a dmon that floods it blocks
-on the full pipe; one past the cap is stopped); lines longer than :data:`MAX_LINE` are dropped. The parser is a pure function of the text. Nothing here raises: a dmon that is
-absent, fails, hangs or prints garbage gives no rows and a sentence saying why, and the caller falls back.
+on the full pipe; one past the cap is stopped); lines longer than :data:`MAX_LINE` are dropped. The parser is a
+pure function of the text. Nothing here raises: a dmon that is absent, fails, hangs or prints garbage gives no
+rows and a sentence saying why, and the caller falls back.
 """
 
 from __future__ import annotations
