@@ -44,15 +44,22 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, NoReturn
 
-from hostcheck import __version__, cli, fleet
+from hostcheck import __version__
 from hostcheck.bench import cli as bench_cli
+from hostcheck.check import cli as check_cli
 from hostcheck.child.launch import kill_all, reopen
+from hostcheck.fleet import cli as fleet_cli
 from hostcheck.job import cli as job_cli
 
 PROG = "hostcheck"
 EXIT_OK, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 #: The subcommands by name, in the order of ``hostcheck --help``.
-SUBCOMMANDS: dict[str, ModuleType] = {"check": cli, "bench": bench_cli, "fleet": fleet, "job": job_cli}
+SUBCOMMANDS: dict[str, ModuleType] = {
+    "check": check_cli,
+    "bench": bench_cli,
+    "fleet": fleet_cli,
+    "job": job_cli,
+}
 #: The command run when none is named.
 DEFAULT = "check"
 #: The namespace attribute that holds the command's name (None at the top level until one is named).

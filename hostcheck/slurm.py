@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hostcheck.check.render.summary import headline
 from hostcheck.config import REASON_MAX, SlurmSettings
 from hostcheck.gather.base import CmdResult, Runner, run_cmd
-from hostcheck.render.summary import headline
 from hostcheck.report import Report
 
 SCONTROL_TIMEOUT_S = 15.0

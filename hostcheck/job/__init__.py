@@ -2,5 +2,5 @@
 
 cli (the subcommand) -> observe (start the command through hostcheck.child.launch, sample /proc, /dev/shm and
 NVML) -> records (the hook's files, written by hostcheck/inside/job_hook.py in the job's Pythons) -> analyse
-(the figures) -> verdict (the rules and thresholds) -> render (text, JSON) and png (the timeline).
+(the figures) -> diagnosis (the rules and thresholds) -> render (text, JSON) and png (the timeline).
 """

@@ -22,11 +22,11 @@ from hostcheck.argtypes import seconds
 from hostcheck.child.launch import remove_at_death, removed
 from hostcheck.gather.datapath import describe_dir, read_mounts
 from hostcheck.job.analyse import Analysis, analyse
+from hostcheck.job.diagnosis import Verdict, judge
 from hostcheck.job.observe import Observation, observe
 from hostcheck.job.png import draw_timeline
 from hostcheck.job.records import HookProcess, read_run
 from hostcheck.job.render import render_json, render_text
-from hostcheck.job.verdict import Verdict, judge
 from hostcheck.outfile import paths_error, write_report
 
 #: The shortest sampling interval. CPU times in /proc/PID/stat are counted in clock ticks (proc(5): divide by

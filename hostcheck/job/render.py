@@ -11,7 +11,7 @@ from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.job.analyse import SIGNAL_DCGM, Analysis
-from hostcheck.job.verdict import Verdict, pct
+from hostcheck.job.diagnosis import Verdict, pct
 
 
 def _ended(a: Analysis) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hostcheck import command, fleet
+from hostcheck import command
+from hostcheck.fleet import cli as fleet
 
 
 def report(host: str, score: int, ready: bool, checks: list[dict]) -> dict:

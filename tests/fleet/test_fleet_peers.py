@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hostcheck import command, fleet_peers
+from hostcheck import command
+from hostcheck.fleet import peers as fleet_peers
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"

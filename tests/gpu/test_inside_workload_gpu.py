@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hostcheck.checks import all_checks  # noqa: E402
-from hostcheck.checks.workload import judge as J  # noqa: E402
+from hostcheck.checks.workload import grading as J  # noqa: E402
 from hostcheck.checks.workload import sku as S  # noqa: E402
 from hostcheck.gather import Options, gather  # noqa: E402
 from hostcheck.gather import workload as api  # noqa: E402

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from workload_runs import WORKLOAD_IDS, judge_workload
 
-from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as S
 from hostcheck.child.launch import ProbeRun
 from hostcheck.gather.workload import WorkloadRun

@@ -614,9 +614,9 @@ def test_python_m_hostcheck_json_is_the_check_command():
 HOSTCHECK = os.path.join(os.path.dirname(__file__), "..", "..", "hostcheck")
 #: Each command's module, and the module that wires them.
 COMMAND_MODULES = {
-    "hostcheck.cli": "cli.py",
+    "hostcheck.check.cli": "check/cli.py",
     "hostcheck.bench.cli": "bench/cli.py",
-    "hostcheck.fleet": "fleet.py",
+    "hostcheck.fleet.cli": "fleet/cli.py",
     "hostcheck.command": "command.py",
 }
 
@@ -636,7 +636,8 @@ def _imports(path: str) -> list[tuple[ast.AST, str, list[str], bool]]:
 
 
 @pytest.mark.parametrize(
-    ("one", "other"), [("hostcheck.cli", "hostcheck.bench.cli"), ("hostcheck.bench.cli", "hostcheck.cli")]
+    ("one", "other"),
+    [("hostcheck.check.cli", "hostcheck.bench.cli"), ("hostcheck.bench.cli", "hostcheck.check.cli")],
 )
 def test_check_and_bench_do_not_import_each_other(one, other):
     code = f"import sys, {one}; print({other!r} in sys.modules, 'hostcheck.command' in sys.modules)"

@@ -11,7 +11,7 @@ pytest.importorskip("PIL")
 
 from workload_runs import judge_one, judge_workload  # noqa: E402
 
-from hostcheck.checks.workload import judge as J  # noqa: E402
+from hostcheck.checks.workload import grading as J  # noqa: E402
 from hostcheck.gather import workload as api  # noqa: E402
 from hostcheck.inside import workload as probes  # noqa: E402
 from hostcheck.registry import Status  # noqa: E402

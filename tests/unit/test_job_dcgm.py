@@ -18,10 +18,10 @@ from hostcheck.gather.nvml import NvmlSampler
 from hostcheck.job import png
 from hostcheck.job.analyse import SIGNAL_DCGM, SIGNAL_GPM, SIGNAL_UTIL, analyse
 from hostcheck.job.dcgm import MAX_OUTPUT, DcgmRow, DcgmSampler, DmonParser, parse_dmon
+from hostcheck.job.diagnosis import gpu_words, judge
 from hostcheck.job.observe import observe
 from hostcheck.job.records import read_run
 from hostcheck.job.render import render_text, report_dict
-from hostcheck.job.verdict import gpu_words, judge
 
 FIX = Path(__file__).parent / "fixtures" / "dcgm"
 

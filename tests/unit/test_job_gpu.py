@@ -10,9 +10,9 @@ from types import SimpleNamespace
 from hostcheck.gather.nvml import NvmlSampler
 from hostcheck.job import png
 from hostcheck.job.analyse import analyse
+from hostcheck.job.diagnosis import judge
 from hostcheck.job.observe import observe
 from hostcheck.job.records import read_run
-from hostcheck.job.verdict import judge
 
 
 class NVMLError(Exception):

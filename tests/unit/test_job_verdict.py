@@ -1,4 +1,4 @@
-"""The verdict rules of hostcheck.job.verdict on synthetic analyses: each kind and each cause from its evidence,
+"""The verdict rules of hostcheck.job.diagnosis on synthetic analyses: each kind and each cause from its evidence,
 the fixes in role variables and DataLoader arguments, the text and the picture of a GPU job (no GPU here)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from hostcheck.job import png
 from hostcheck.job.analyse import Analysis, Rank
+from hostcheck.job.diagnosis import GPU_BUSY_TARGET, INPUT_WAIT_SHARE, judge
 from hostcheck.job.records import LoopTimes
 from hostcheck.job.render import render_text, report_dict
-from hostcheck.job.verdict import GPU_BUSY_TARGET, INPUT_WAIT_SHARE, judge
 
 
 def times(wait: float, step: float = 10.0, batches: int = 200, starts: tuple[float, ...] = ()) -> LoopTimes:

@@ -13,7 +13,7 @@ import pytest
 from workload_runs import WORKLOAD_CHECKS
 
 from hostcheck import command
-from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as SKU
 from hostcheck.child.launch import ProbeRun
 from hostcheck.gather import Snapshot

@@ -11,8 +11,9 @@ from dataclasses import replace
 import hostcheck_scenarios as S
 import pytest
 
-from hostcheck import cli, command
+from hostcheck import command
 from hostcheck import gather as G
+from hostcheck.check import cli
 from hostcheck.checks import all_checks
 from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.busy import busy_reason, slurm_jobs

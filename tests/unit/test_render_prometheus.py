@@ -17,15 +17,8 @@ import hostcheck_scenarios as S
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hostcheck.checks import all_checks
-from hostcheck.child.launch import ProbeRun
-from hostcheck.cli import build_report, evaluate
-from hostcheck.gather.base import NOT_SUPPORTED, Unavailable
-from hostcheck.gather.system import XidEvent
-from hostcheck.gather.workload import WorkloadRun
-from hostcheck.outfile import write_report
-from hostcheck.registry import Result, Status
-from hostcheck.render.prometheus import (
+from hostcheck.check.cli import build_report, evaluate
+from hostcheck.check.render.prometheus import (
     LAST_SUCCESS,
     READ_LIMIT,
     UNITS,
@@ -33,6 +26,13 @@ from hostcheck.render.prometheus import (
     read_last_success,
     render_prometheus,
 )
+from hostcheck.checks import all_checks
+from hostcheck.child.launch import ProbeRun
+from hostcheck.gather.base import NOT_SUPPORTED, Unavailable
+from hostcheck.gather.system import XidEvent
+from hostcheck.gather.workload import WorkloadRun
+from hostcheck.outfile import write_report
+from hostcheck.registry import Result, Status
 from hostcheck.report import GpuRecord, Report, gpu_records, nvml_bus_id
 from hostcheck.score import verdict
 

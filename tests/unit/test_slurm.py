@@ -15,11 +15,11 @@ import hostcheck_scenarios as S
 import pytest
 
 from hostcheck import slurm
+from hostcheck.check.cli import build_report, evaluate
+from hostcheck.check.render.summary import headline
 from hostcheck.checks import all_checks
-from hostcheck.cli import build_report, evaluate
 from hostcheck.config import REASON_MAX, SlurmSettings
 from hostcheck.gather.base import CmdResult, Unavailable
-from hostcheck.render.summary import headline
 
 LINE = (
     "NodeName={n} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.10 "

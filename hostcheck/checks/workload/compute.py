@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, verdict_or_skip, workload_check

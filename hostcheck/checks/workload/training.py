@@ -4,7 +4,7 @@ and the optional burn-in.
 
 from __future__ import annotations
 
-from hostcheck.checks.workload import judge as J
+from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
 from hostcheck.gather.workload import WorkloadRun, started, suite_run_for, suite_section

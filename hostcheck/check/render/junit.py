@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from hostcheck.check.render import clean_text
 from hostcheck.registry import CATEGORIES, Status
-from hostcheck.render import clean_text
 from hostcheck.report import Report
 
 

@@ -21,17 +21,17 @@ from typing import Any
 # The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
 from hostcheck import SCHEMA_VERSION, config, gather, slurm
 from hostcheck.argtypes import duration, positive, seconds
+from hostcheck.check.render.json import render_json
+from hostcheck.check.render.junit import render_junit
+from hostcheck.check.render.prometheus import read_last_success, render_prometheus
+from hostcheck.check.render.summary import render_summary
+from hostcheck.check.render.text import render_list, render_text
 from hostcheck.checks import all_checks
 from hostcheck.child.launch import kill_all, python_arg, reopen
 from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import paths_error, write_report
 from hostcheck.profiles import DEFAULT_PROFILE, PROFILES, merge_section_args, workload_args
 from hostcheck.registry import Check, Result, run_checks, select
-from hostcheck.render.json import render_json
-from hostcheck.render.junit import render_junit
-from hostcheck.render.prometheus import read_last_success, render_prometheus
-from hostcheck.render.summary import render_summary
-from hostcheck.render.text import render_list, render_text
 from hostcheck.report import Report, gpu_records, host_info, now_iso, versions
 from hostcheck.score import FAIL_LEVELS, Verdict, verdict
 

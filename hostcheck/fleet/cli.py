@@ -21,10 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hostcheck import config, fleet_peers, infile
+from hostcheck import config, infile
+from hostcheck.check.render.markdown import md_cell
+from hostcheck.fleet import peers
 from hostcheck.outfile import paths_error, write_report
 from hostcheck.registry import Status
-from hostcheck.render.markdown import md_cell
 from hostcheck.schema import report_schema, type_errors
 
 FAILING = (Status.FAIL, Status.ERROR)
@@ -283,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
     tolerance = cfg.thresholds.fleet_peer_tolerance
     raw: dict[str, Any] = {}
     nodes = load(args.report_dir, args.expect, args.min_score, raw)
-    slow = fleet_peers.outliers(raw, tolerance)
+    slow = peers.outliers(raw, tolerance)
     if not nodes:
         print(f"hostcheck fleet: error: no reports in {args.report_dir}", file=sys.stderr)
         return EXIT_USAGE
@@ -301,12 +302,10 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, bad)
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     try:
-        write_report(
-            pages[0][1], render_markdown(nodes, generated, fleet_peers.render_markdown(slow, tolerance))
-        )
-        write_report(pages[1][1], render_html(nodes, generated, fleet_peers.render_html(slow, tolerance)))
-        write_report(pages[2][1], fleet_peers.render_json(slow, tolerance))
-        write_report(pages[3][1], fleet_peers.render_prometheus(slow, tolerance))
+        write_report(pages[0][1], render_markdown(nodes, generated, peers.render_markdown(slow, tolerance)))
+        write_report(pages[1][1], render_html(nodes, generated, peers.render_html(slow, tolerance)))
+        write_report(pages[2][1], peers.render_json(slow, tolerance))
+        write_report(pages[3][1], peers.render_prometheus(slow, tolerance))
     except OSError as exc:
         print(f"hostcheck fleet: error: writing the pages: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE

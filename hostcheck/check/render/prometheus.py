@@ -14,8 +14,8 @@ import re
 from datetime import datetime
 
 from hostcheck import infile
+from hostcheck.check.render import clean_text
 from hostcheck.registry import Status
-from hostcheck.render import clean_text
 from hostcheck.report import GpuRecord, Report
 
 #: hostcheck_check_status value per status

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hostcheck.check.render.markdown import md_cell
+from hostcheck.check.render.prometheus import _Families
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.registry import Status
-from hostcheck.render.markdown import md_cell
-from hostcheck.render.prometheus import _Families
 
 #: (report part, key, figure name, display unit, scale from the base unit)
 GPU_FIGURES = (
