@@ -7,8 +7,8 @@ import dataclasses
 import hostcheck_scenarios as S
 import pytest
 
-from hostcheck.check.cli import evaluate
 from hostcheck.checks import all_checks
+from hostcheck.core import evaluate
 from hostcheck.gather import Options
 from hostcheck.gather.base import NOT_FOUND, Unavailable
 from hostcheck.gather.nvml import gather_nvml

@@ -10,8 +10,8 @@ import dataclasses
 
 import hostcheck_scenarios as S
 
-from hostcheck.check.cli import evaluate
 from hostcheck.checks import all_checks
+from hostcheck.core import evaluate
 from hostcheck.gather.base import CmdResult, Unavailable
 from hostcheck.gather.nvml import gather_nvml
 from hostcheck.gather.smi import GPU_FIELDS, cell, gather_smi, parse_cuda_version

@@ -15,9 +15,9 @@ from pathlib import Path
 import hostcheck_scenarios as S
 import pytest
 
-from hostcheck.check.cli import evaluate
 from hostcheck.checks import all_checks
 from hostcheck.config import Config, HardwareSettings, parse
+from hostcheck.core import evaluate
 from hostcheck.gather import Options
 from hostcheck.gather.base import CmdResult, Unavailable
 from hostcheck.gather.hardware import (
@@ -468,8 +468,8 @@ def test_a_hardware_gatherer_that_did_not_finish_claims_no_baseline(monkeypatch,
 
 
 def test_per_gpu_series_for_replays_power_limit_and_mig(healthy):
-    from hostcheck.check.cli import build_report
     from hostcheck.check.render.prometheus import render_prometheus
+    from hostcheck.core import build_report
 
     results, verdict = evaluate(healthy, [c for c in all_checks() if c.category == "gpu"])
     text = render_prometheus(

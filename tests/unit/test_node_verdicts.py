@@ -12,8 +12,8 @@ import hostcheck_scenarios as S
 import pytest
 
 from hostcheck import command
-from hostcheck.check.cli import evaluate
 from hostcheck.checks import all_checks
+from hostcheck.core import evaluate
 from hostcheck.gather import GATHERERS
 from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.torchinfo import gather_torch

@@ -11,12 +11,12 @@ import hostcheck_scenarios as S
 import pytest
 from workload_runs import by_id, judge_workload
 
-from hostcheck.check.cli import build_report, evaluate
 from hostcheck.check.render.prometheus import render_prometheus
 from hostcheck.checks import all_checks
 from hostcheck.checks.workload import peers as P
 from hostcheck.child.launch import ProbeRun
 from hostcheck.config import Config, Thresholds
+from hostcheck.core import build_report, evaluate
 from hostcheck.gather import Options
 from hostcheck.gather.workload import WorkloadRun
 from hostcheck.report import gpu_records

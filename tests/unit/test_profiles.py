@@ -7,6 +7,7 @@ import json
 import stat
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import hostcheck_scenarios as S
 import pytest
@@ -14,7 +15,9 @@ import pytest
 from hostcheck import command
 from hostcheck import gather as G
 from hostcheck.check import cli
+from hostcheck.check.request import build_request
 from hostcheck.checks import all_checks
+from hostcheck.core import evaluate
 from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.busy import busy_reason, slurm_jobs
 from hostcheck.profiles import PROFILES
@@ -89,9 +92,8 @@ def test_a_hung_check_is_cut_off_and_the_rest_still_reported(monkeypatch, capsys
 
 def test_burnin_adds_its_stress_run_unless_the_command_line_sets_one():
     def settled(*argv: str):
-        inv = command.parse(["check", *argv])
-        cli._settle(inv.args)
-        return inv.args
+        request = build_request(command.parse(["check", *argv]).args, all_checks())
+        return SimpleNamespace(burn=request.options.burn, profile=request.profile.name)
 
     assert settled("--profile", "burnin").burn == 600
     assert settled("--profile", "burnin", "--burn", "30").burn == 30
@@ -138,7 +140,7 @@ def test_a_process_on_a_gpu_makes_the_node_busy(tmp_path):
 
 def test_busy_workload_checks_skip_with_the_reason_instead_of_judging_a_slow_gpu():
     snap = replace(S.make_snapshot(), workload=Unavailable(BUSY, "Slurm job 4711 running on this node"))
-    results, _ = cli.evaluate(snap, [c for c in all_checks() if c.workload])
+    results, _ = evaluate(snap, [c for c in all_checks() if c.workload])
     assert results and all(r.status.value == "skip" for r in results)
     assert all("Slurm job 4711" in r.message for r in results)
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from hostcheck.check.cli import build_report, evaluate
 from hostcheck.check.render.prometheus import render_prometheus
 from hostcheck.checks import all_checks
+from hostcheck.core import build_report, evaluate
 from hostcheck.report import gpu_records
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostcheck import command
-from hostcheck.check.cli import evaluate
 from hostcheck.checks import all_checks
+from hostcheck.core import evaluate
 from hostcheck.gather.facts import ROLES, SCHEMA, gather_facts
 from hostcheck.gather.tuning import env_file_entries
 from hostcheck.registry import Status

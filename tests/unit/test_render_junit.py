@@ -11,11 +11,11 @@ import hostcheck_scenarios as S
 import pytest
 import xmlschema
 
-from hostcheck.check.cli import build_report, evaluate
 from hostcheck.check.render import clean_text
 from hostcheck.check.render.junit import render_junit
 from hostcheck.check.render.prometheus import render_prometheus
 from hostcheck.checks import all_checks
+from hostcheck.core import build_report, evaluate
 from hostcheck.registry import Status
 from hostcheck.report import Report
 

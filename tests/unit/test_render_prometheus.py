@@ -17,7 +17,6 @@ import hostcheck_scenarios as S
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hostcheck.check.cli import build_report, evaluate
 from hostcheck.check.render.prometheus import (
     LAST_SUCCESS,
     READ_LIMIT,
@@ -28,6 +27,7 @@ from hostcheck.check.render.prometheus import (
 )
 from hostcheck.checks import all_checks
 from hostcheck.child.launch import ProbeRun
+from hostcheck.core import build_report, evaluate
 from hostcheck.gather.base import NOT_SUPPORTED, Unavailable
 from hostcheck.gather.system import XidEvent
 from hostcheck.gather.workload import WorkloadRun

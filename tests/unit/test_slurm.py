@@ -15,10 +15,10 @@ import hostcheck_scenarios as S
 import pytest
 
 from hostcheck import slurm
-from hostcheck.check.cli import build_report, evaluate
 from hostcheck.check.render.summary import headline
 from hostcheck.checks import all_checks
 from hostcheck.config import REASON_MAX, SlurmSettings
+from hostcheck.core import build_report, evaluate
 from hostcheck.gather.base import CmdResult, Unavailable
 
 LINE = (

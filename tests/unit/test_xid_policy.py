@@ -13,10 +13,10 @@ from workload_runs import WORKLOAD_CHECKS, by_id
 
 import hostcheck.gather as G
 from hostcheck import config
-from hostcheck.check.cli import evaluate
 from hostcheck.checks import all_checks
 from hostcheck.checks.workload import sku
 from hostcheck.child.launch import ProbeRun
+from hostcheck.core import evaluate
 from hostcheck.gather import Options, Snapshot
 from hostcheck.gather.base import CmdResult
 from hostcheck.gather.gpuinfo import NvmlSnapshot
