@@ -22,7 +22,7 @@ from hostcheck.argtypes import seconds
 from hostcheck.child.launch import remove_at_death, removed
 from hostcheck.gather.datapath import describe_dir, read_mounts
 from hostcheck.job.analyse import Analysis, analyse
-from hostcheck.job.diagnosis import Verdict, judge
+from hostcheck.job.diagnosis import Diagnosis, diagnose
 from hostcheck.job.observe import Observation, observe
 from hostcheck.job.png import draw_timeline
 from hostcheck.job.records import HookProcess, read_run
@@ -142,11 +142,11 @@ def _report(args: argparse.Namespace, obs: Observation, hooks: list[HookProcess]
     mounts = read_mounts()
     data_dirs = [describe_dir(d, mounts) for d in dirs]
     a = analyse(obs, hooks, data_dirs, dropped)
-    v = judge(a)
+    v = diagnose(a)
     _write(args, a, v)
 
 
-def _write(args: argparse.Namespace, a: Analysis, v: Verdict) -> None:
+def _write(args: argparse.Namespace, a: Analysis, v: Diagnosis) -> None:
     """The report files and the text; a failure is said on stderr and leaves the job's exit code alone."""
     if args.png:
         gpu_note = a.gpu_error or ("" if a.gpus else "no GPU")

@@ -1,6 +1,6 @@
 """The verdict on a job: what held it back, the evidence, and the fix in the terms of our roles' settings.
 
-Pure: an :class:`~hostcheck.job.analyse.Analysis` in, a :class:`Verdict` out. Every threshold is a named constant
+Pure: an :class:`~hostcheck.job.analyse.Analysis` in, a :class:`Diagnosis` out. Every threshold is a named constant
 here and a row of docs/job.md, with where it comes from; the newer ones are rows of hostcheck/data/
 job_thresholds.json (value, unit, source or own basis). The rules, in order:
 
@@ -110,7 +110,7 @@ class Cause:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Diagnosis:
     kind: str
     headline: str
     causes: tuple[Cause, ...] = ()
@@ -621,7 +621,7 @@ def _idle_causes(a: Analysis) -> list[Cause]:
     ]
 
 
-def judge(a: Analysis) -> Verdict:
+def diagnose(a: Analysis) -> Diagnosis:
     """Apply the rules of the module's docstring."""
     measures = {
         "wait_share": None if a.wait_share is None else round(a.wait_share, 4),
@@ -642,7 +642,7 @@ def judge(a: Analysis) -> Verdict:
         loop_kind = None
         if a.batches >= MIN_BATCHES:
             loop_kind, _, _ = _loop_kind(a)
-        return Verdict(
+        return Diagnosis(
             "worker-died",
             f"a DataLoader worker died: {_first_sentence(err)}",
             tuple(causes),
@@ -653,7 +653,7 @@ def judge(a: Analysis) -> Verdict:
     if a.batches < MIN_BATCHES:
         util = a.gpu_util
         if util is not None and util < gpu_target(a):
-            return Verdict(
+            return Diagnosis(
                 "idle-gpu",
                 f"idle GPU ({gpu_words(a)}) and {a.batches} DataLoader batches in {a.duration_s:.0f} s",
                 tuple(_idle_causes(a)),
@@ -675,7 +675,7 @@ def judge(a: Analysis) -> Verdict:
                 "give it a longer --seconds window, or the job does not iterate a torch DataLoader "
                 "(its own loader, or not Python: the hook is loaded by Python's site module)",
             )
-        return Verdict(
+        return Diagnosis(
             "no-training-loop",
             f"no training loop seen: {a.batches} DataLoader batches in {a.duration_s:.1f} s"
             + ("" if a.ranks or a.others else " (no Python process of the job imported torch)"),
@@ -685,4 +685,4 @@ def judge(a: Analysis) -> Verdict:
             measures,
         )
     kind, causes, headline = _loop_kind(a)
-    return Verdict(kind, headline, tuple(causes), tuple(_findings(a, kind)), None, measures)
+    return Diagnosis(kind, headline, tuple(causes), tuple(_findings(a, kind)), None, measures)

@@ -11,7 +11,7 @@ from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.job.analyse import SIGNAL_DCGM, Analysis
-from hostcheck.job.diagnosis import Verdict, pct
+from hostcheck.job.diagnosis import Diagnosis, pct
 
 
 def _ended(a: Analysis) -> str:
@@ -48,7 +48,7 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
-def render_text(a: Analysis, v: Verdict) -> str:
+def render_text(a: Analysis, v: Diagnosis) -> str:
     cmd = shlex.join(a.command) if a.command else ""
     lines = [
         f"hostcheck job: {v.headline}",
@@ -196,7 +196,7 @@ def render_text(a: Analysis, v: Verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report_dict(a: Analysis, v: Verdict, png_path: str | None = None) -> dict[str, Any]:
+def report_dict(a: Analysis, v: Diagnosis, png_path: str | None = None) -> dict[str, Any]:
     """The JSON document (docs/samples/job/job-report.schema.json)."""
     body = a.to_dict()
     return {
@@ -242,5 +242,5 @@ def report_dict(a: Analysis, v: Verdict, png_path: str | None = None) -> dict[st
     }
 
 
-def render_json(a: Analysis, v: Verdict, png_path: str | None = None) -> str:
+def render_json(a: Analysis, v: Diagnosis, png_path: str | None = None) -> str:
     return json.dumps(report_dict(a, v, png_path), indent=1, default=str) + "\n"

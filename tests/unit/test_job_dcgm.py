@@ -18,7 +18,7 @@ from hostcheck.gather.nvml import NvmlSampler
 from hostcheck.job import png
 from hostcheck.job.analyse import SIGNAL_DCGM, SIGNAL_GPM, SIGNAL_UTIL, analyse
 from hostcheck.job.dcgm import MAX_OUTPUT, DcgmRow, DcgmSampler, DmonParser, parse_dmon
-from hostcheck.job.diagnosis import gpu_words, judge
+from hostcheck.job.diagnosis import diagnose, gpu_words
 from hostcheck.job.observe import observe
 from hostcheck.job.records import read_run
 from hostcheck.job.render import render_text, report_dict
@@ -226,7 +226,7 @@ def test_dcgm_sm_activity_not_utilisation_judges_a_gpu_without_gpm(tmp_path):
         21.0,
         99.1,
     )
-    v = judge(a)
+    v = diagnose(a)
     assert v.kind == "idle-gpu" and "GPU SM activity 38% (DCGM profiling)" in v.headline
     text = render_text(a, v)
     assert "judged by sm-activity (DCGM profiling)" in text
@@ -242,14 +242,14 @@ def test_utilisation_alone_still_judges_when_dcgm_is_absent(tmp_path):
     _obs, a = _observe(tmp_path, None, _one_gpu(FakeNvml(util=100)), absent=True)
     assert a.gpu_signal == SIGNAL_UTIL and a.dcgm_error is None
     assert "dcgm_sm_active_mean" in a.gpus[0] and a.gpus[0]["dcgm_sm_active_mean"] is None
-    assert "DCGM" not in render_text(a, judge(a))
+    assert "DCGM" not in render_text(a, diagnose(a))
 
 
 def test_gpm_comes_before_dcgm(tmp_path):
     """GPM says 38%, DCGM (its SMACT row 0.380 too, but GPM is read first) is kept beside it, not used."""
     _obs, a = _observe(tmp_path, _answers(tmp_path), _one_gpu(FakeGpmNvml(util=100, sm=38.0)))
     assert a.gpu_signal == SIGNAL_GPM and a.gpus[0]["dcgm_sm_active_mean"] == 38.0
-    assert report_dict(a, judge(a))["timeline"]["gpu_signal"] == SIGNAL_GPM
+    assert report_dict(a, diagnose(a))["timeline"]["gpu_signal"] == SIGNAL_GPM
 
 
 def test_dcgm_without_nvml_still_gives_the_gpus_activity(tmp_path):
@@ -285,7 +285,7 @@ def test_a_failing_dmon_falls_back_to_labelled_utilisation_and_keeps_the_job_s_e
     assert obs.exit_code == 3 and obs.dcgm_samples == ()
     assert a.gpu_signal == SIGNAL_UTIL and needle in (a.dcgm_error or ""), a.dcgm_error
     assert gpu_words(a) == "GPU utilisation 100% (NVML: kernel-time utilisation, not SM activity)"
-    v = judge(a)
+    v = diagnose(a)
     text = render_text(a, v)
     assert "DCGM      profiling fields not used: " in text
     assert report_dict(a, v)["dcgm_error"] == a.dcgm_error

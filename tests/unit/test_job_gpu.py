@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from hostcheck.gather.nvml import NvmlSampler
 from hostcheck.job import png
 from hostcheck.job.analyse import analyse
-from hostcheck.job.diagnosis import judge
+from hostcheck.job.diagnosis import diagnose
 from hostcheck.job.observe import observe
 from hostcheck.job.records import read_run
 
@@ -95,7 +95,7 @@ def test_gpu_figures_reach_the_verdict_and_the_picture(tmp_path):
     a = analyse(obs, read_run(str(run_dir)))
     assert [g["util_mean"] for g in a.gpus] == [37.0, 37.0]
     assert a.gpus[0]["pcie_rx_mb_s"] == round(2000 * 1024 / 1e6, 1) and a.gpus[1]["pcie_rx_mb_s"] is None
-    v = judge(a)
+    v = diagnose(a)
     assert v.kind == "idle-gpu" and v.causes[0].id == "job-not-on-gpu"  # NVML listed no process of the job's
     data = png.draw_timeline(a.timeline, "hostcheck job: idle-gpu", "sleep")
     from io import BytesIO
@@ -214,7 +214,7 @@ def test_sm_activity_not_utilisation_judges_the_job_and_every_output_says_which(
     a = analyse(obs, read_run(str(run_dir)))
     assert a.gpu_signal == "sm-activity (NVML GPM)" and a.gpu_util == 38.0
     assert a.gpus[0]["util_mean"] == 100.0 and a.gpus[0]["sm_occupancy_mean"] == 21.0
-    v = judge(a)
+    v = diagnose(a)
     assert v.kind == "idle-gpu" and "GPU SM activity 38% (NVML GPM)" in v.headline
     text = render_text(a, v)
     assert "judged by sm-activity (NVML GPM)" in text

@@ -16,8 +16,8 @@ from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Outcome, Status, check, errored, skipped, worst
 
-#: Judging function: (run, the GPUs from NVML, whether the suite saw a CUDA GPU) -> Outcome.
-Judge = Callable[[WorkloadRun, list, bool], Outcome]
+#: A workload check's body: (run, the GPUs from NVML, whether the suite saw a CUDA GPU) -> Outcome.
+WorkloadFn = Callable[[WorkloadRun, list, bool], Outcome]
 
 _HINT_NO_TORCH = (
     "the training Python cannot import torch (or PIL): install them in the training venv "
@@ -52,11 +52,11 @@ def verdict_or_skip(statuses: list[Status | None]) -> Status:
 
 def workload_check(
     cid: str, title: str, weight: float, section: str | None = None, reads_config: bool = False
-) -> Callable[[Judge], Judge]:
+) -> Callable[[WorkloadFn], WorkloadFn]:
     """Register ``fn(run, gpus, on_gpu) -> Outcome`` as check ``cid`` over the snapshot's workload run;
     with ``reads_config``, ``fn(run, gpus, on_gpu, config)`` (a site's GPU model figures live there)."""
 
-    def deco(fn: Judge) -> Judge:
+    def deco(fn: WorkloadFn) -> WorkloadFn:
         @check(cid, title, weight=weight, needs=("workload", "nvml"))
         def judged(s: Any) -> Outcome:
             run = s.workload
