@@ -1,4 +1,5 @@
 """``hostcheck fleet``: many nodes' ``--json`` reports -> one page (docs/fleet.md).
 
-cli (the options, reading the reports, the run) -> peers (GPUs slower than their fleet peers) -> the pages.
+cli (the options and the run) -> reports (each node's report read, checked and summarised) -> peers (GPUs
+slower than their fleet peers) -> render (fleet.md and fleet.html).
 """

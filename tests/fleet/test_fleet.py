@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hostcheck import command
-from hostcheck.fleet import cli as fleet
+from hostcheck.fleet import reports as fleet
 
 
 def report(host: str, score: int, ready: bool, checks: list[dict]) -> dict:
