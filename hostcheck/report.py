@@ -10,6 +10,7 @@ from typing import Any
 from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
+from hostcheck.gather.gpuinfo import BusId, normalise_bus_id
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Result
 from hostcheck.score import Verdict
@@ -144,16 +145,10 @@ def versions(snap: Any) -> dict[str, Any]:
 
 
 def nvml_bus_id(bus_id: Any) -> str | None:
-    """``0000:3b:00.0`` (hostcheck's sysfs form) -> ``00000000:3B:00.0`` (NVML's, which dcgm-exporter uses)."""
+    """A PCI address in NVML's form, ``00000000:3B:00.0``, which dcgm-exporter uses (see BusId)."""
     if not isinstance(bus_id, str) or not bus_id:
         return None
-    parts = bus_id.split(":")
-    if len(parts) != 3:
-        return bus_id
-    try:
-        return f"{int(parts[0], 16):08X}:{parts[1].upper()}:{parts[2].upper()}"
-    except ValueError:
-        return bus_id
+    return normalise_bus_id(bus_id).nvml
 
 
 def _number(v: Any, bools: bool = True, scale: float = 1) -> float | int | None:
@@ -311,10 +306,10 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
     out = []
     for g in sorted(n.gpus, key=lambda g: g.index):
         q = _nvml_quantities(g)
-        bus = g.pci_bus_id if isinstance(g.pci_bus_id, str) else None
+        bus = g.pci_bus_id if isinstance(g.pci_bus_id, BusId) else None
         if bus and xids is not None:
             # The kernel logs "PCI:0000:3b:00", without the function: the match gpu.E011 makes.
-            q["xid_events"] = sum(1 for e in xids if e.pci == bus.lower().rsplit(".", 1)[0])
+            q["xid_events"] = sum(1 for e in xids if e.pci == bus.kernel)
         w = measured.get(g.index, {})
         q.update(w.get("quantities", {}))
         q.update(peers.get(g.index, {}))
@@ -322,7 +317,7 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
             GpuRecord(
                 index=g.index,
                 uuid=g.uuid if isinstance(g.uuid, str) else None,
-                pci_bus_id=nvml_bus_id(bus),
+                pci_bus_id=bus.nvml if bus else None,
                 name=g.name if isinstance(g.name, str) else None,
                 quantities=q,
                 matmul_flops_per_second=w.get("matmul", {}),

@@ -9,6 +9,7 @@ from hostcheck import fixes, platform
 from hostcheck.config import Config
 from hostcheck.gather.base import GPU_LOST, NO_PERMISSION, NOT_INSTALLED, NOT_SUPPORTED, Unavailable
 from hostcheck.gather.fabric import FM_SERVICE
+from hostcheck.gather.gpuinfo import BusId
 from hostcheck.gather.nvml import (
     CLOCK_HW_POWER_BRAKE,
     CLOCK_HW_SLOWDOWN,
@@ -434,8 +435,8 @@ def xid_errors(s: Any) -> Outcome:
     policy = _config(s).xid
     pci_to_idx = {}
     for g in s.nvml.gpus if s.nvml and s.nvml.ok else ():
-        if isinstance(g.pci_bus_id, str):
-            pci_to_idx[g.pci_bus_id.rsplit(".", 1)[0]] = g.index
+        if isinstance(g.pci_bus_id, BusId):
+            pci_to_idx[g.pci_bus_id.kernel] = g.index
     action = {e.xid: policy.action(e.xid) for e in events}
     by_action: dict[str, list[int]] = {"fail": [], "warn": [], "ignore": []}
     for x in sorted(action):

@@ -60,6 +60,11 @@ class GpuInfo:
     #: Set when the device handle itself could not be obtained (GPU lost): all other fields are unknown.
     handle_error: Unavailable | None = None
 
+    def __post_init__(self) -> None:
+        # The PCI address is typed once, whoever built the record (a gatherer, a test): see BusId.
+        if isinstance(self.pci_bus_id, str) and not isinstance(self.pci_bus_id, BusId):
+            object.__setattr__(self, "pci_bus_id", BusId(self.pci_bus_id))
+
     @property
     def lost(self) -> Unavailable | None:
         """The first 'GPU is lost' answer from any call for this GPU: it fell off the bus mid-run."""
@@ -93,13 +98,28 @@ def as_text(v: Any) -> Any:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
-def normalise_bus_id(bus_id: str) -> str:
-    """NVML's ``00000000:17:00.0`` -> sysfs/kernel-log style ``0000:17:00.0`` (lower case)."""
-    bus_id = as_text(bus_id).strip().lower()
-    parts = bus_id.split(":")
-    if len(parts) == 3:
+class BusId(str):
+    """A GPU's PCI address, parsed once where it is read. The text is the sysfs form, ``0000:3b:00.0`` (what
+    /sys/bus/pci and the checks use); :attr:`nvml` is NVML's and dcgm-exporter's, ``00000000:3B:00.0``;
+    :attr:`kernel` is the kernel log's, without the function, ``0000:3b:00`` (how an XID line names a GPU).
+    Text that is no PCI address is kept (lower case) in all three."""
+
+    nvml: str
+    kernel: str
+
+    def __new__(cls, text: Any) -> BusId:
+        raw = str(as_text(text)).strip().lower()
+        parts = raw.split(":")
         try:
-            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
+            domain = int(parts[0], 16) if len(parts) == 3 else None
         except ValueError:
-            return bus_id
-    return bus_id
+            domain = None
+        self = super().__new__(cls, raw if domain is None else f"{domain:04x}:{parts[1]}:{parts[2]}")
+        self.nvml = raw if domain is None else f"{domain:08X}:{parts[1].upper()}:{parts[2].upper()}"
+        self.kernel = str(self).rsplit(".", 1)[0]
+        return self
+
+
+def normalise_bus_id(bus_id: Any) -> BusId:
+    """NVML's ``00000000:17:00.0`` (or any PCI address text) -> its :class:`BusId`, ``0000:17:00.0``."""
+    return bus_id if isinstance(bus_id, BusId) else BusId(bus_id)

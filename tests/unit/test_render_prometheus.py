@@ -29,6 +29,7 @@ from hostcheck.checks import all_checks
 from hostcheck.child.launch import ProbeRun
 from hostcheck.core import build_report, evaluate
 from hostcheck.gather.base import NOT_SUPPORTED, Unavailable
+from hostcheck.gather.gpuinfo import BusId, GpuInfo
 from hostcheck.gather.system import XidEvent
 from hostcheck.gather.workload import WorkloadRun
 from hostcheck.outfile import write_report
@@ -394,6 +395,16 @@ def test_nvml_bus_id_form():
     assert nvml_bus_id("0000:3b:00.0") == "00000000:3B:00.0"
     assert nvml_bus_id("0001:af:1f.7") == "00000001:AF:1F.7"
     assert nvml_bus_id(None) is None and nvml_bus_id("garbage") == "garbage"
+
+
+def test_the_pci_address_is_typed_once_where_it_is_read():
+    gpu = S.make_snapshot().nvml.gpus[0]  # the fake NVML answers 00000000:18:00.0
+    assert isinstance(gpu.pci_bus_id, BusId) and gpu.pci_bus_id == "0000:18:00.0"
+    assert (gpu.pci_bus_id.nvml, gpu.pci_bus_id.kernel) == ("00000000:18:00.0", "0000:18:00")
+    # Built by hand (a test, another gatherer): typed the same way; text that is no address stays as it was.
+    assert GpuInfo(index=0, pci_bus_id="0000:3B:00.0").pci_bus_id.nvml == "00000000:3B:00.0"
+    assert GpuInfo(index=0, pci_bus_id="garbage").pci_bus_id.kernel == "garbage"
+    assert GpuInfo(index=0, pci_bus_id=Unavailable(NOT_SUPPORTED, "x")).pci_bus_id.kind == NOT_SUPPORTED
 
 
 def test_the_json_document_carries_the_gpus_and_matches_the_schema():
