@@ -220,3 +220,170 @@ def test_the_report_schema_lists_the_names_the_code_defines():
     assert enums["category"] == list(CATEGORIES)
     assert enums["fail_level"] == list(FAIL_LEVELS)
     assert enums["profile"] == [*PROFILES, None]
+
+
+# --- every subcommand a package of one shape ------------------------------------------------------------------
+#: The shape of a subcommand NAME (hostcheck/command.py's SUBCOMMANDS):
+#: - the package ``hostcheck/NAME/``;
+#: - its parser and its run in ``NAME/cli.py``: SUMMARY (its line in ``hostcheck --help``), DESCRIPTION and EPILOG
+#:   (its ``--help``), ``add_arguments(parser)`` and ``run(args) -> int`` (its exit code);
+#: - its renderers in ``NAME/render.py`` or the package ``NAME/render/``: functions named ``render_*``. A module
+#:   called ``render`` is a subcommand's renderers and nothing else.
+#: hostcheck/command.py only dispatches: of the subcommands it imports their ``cli`` modules and nothing else, and
+#: beside them only what every command shares (the version, the child-process registry it empties on a signal).
+CLI_NAMES = ("SUMMARY", "DESCRIPTION", "EPILOG")
+CLI_FUNCTIONS = {"add_arguments": 1, "run": 1}
+COMMAND_SHARES = {"hostcheck", "hostcheck.child.launch"}
+
+
+def _top_level(path: Path) -> tuple[set[str], dict[str, int]]:
+    """The names a module assigns at its top, and its functions with their number of positional parameters."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = {
+        t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    }
+    names |= {
+        n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    functions = {n.name: len(n.args.args) for n in tree.body if isinstance(n, ast.FunctionDef)}
+    return names, functions
+
+
+def subcommand_shape_errors(root: Path, name: str) -> list[str]:
+    """How the package ``root/name`` (root: the hostcheck folder) differs from the shape above."""
+    package = root / name
+    if not (package / "__init__.py").is_file():
+        return [f"{name}: not a package (hostcheck/{name}/__init__.py)"]
+    cli = package / "cli.py"
+    if not cli.is_file():
+        return [f"{name}: no cli.py (its parser and its run)"]
+    errors = []
+    names, functions = _top_level(cli)
+    errors += [f"{name}/cli.py: no {n}" for n in CLI_NAMES if n not in names]
+    for function, arity in CLI_FUNCTIONS.items():
+        if functions.get(function) != arity:
+            errors.append(f"{name}/cli.py: no {function}() of {arity} argument")
+    render = (
+        [package / "render.py"]
+        if (package / "render.py").is_file()
+        else sorted((package / "render").glob("*.py"))
+    )
+    if not any(f.startswith("render_") for path in render for f in _top_level(path)[1]):
+        errors.append(f"{name}: no render_* function in {name}/render.py or {name}/render/")
+    return errors
+
+
+def render_modules_outside(root: Path, subcommands: set[str]) -> list[str]:
+    """Modules or packages called ``render`` that are not a subcommand's renderers."""
+    found = {p.relative_to(root) for p in root.rglob("render.py")} | {
+        p.parent.relative_to(root) for p in root.rglob("render/__init__.py")
+    }
+    return sorted(str(p) for p in found if len(p.parts) != 2 or p.parts[0] not in subcommands)
+
+
+def command_import_errors(source: str, subcommands: set[str]) -> list[str]:
+    """What command.py imports besides the subcommands' cli modules and what every command shares."""
+    errors = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported = [
+                f"{node.module}.{a.name}"
+                if node.module in {f"hostcheck.{s}" for s in subcommands}
+                else node.module
+                for a in node.names
+            ]
+        else:
+            continue
+        for mod in imported:
+            if not mod.startswith("hostcheck"):
+                continue
+            if mod in COMMAND_SHARES or mod in {f"hostcheck.{s}.cli" for s in subcommands}:
+                continue
+            errors.append(f"command.py:{node.lineno}: imports {mod}")
+    return errors
+
+
+def class_name_homes(mods: dict[str, Path]) -> dict[str, list[str]]:
+    """Every class name defined at the top of more than one module, with those modules."""
+    homes: dict[str, list[str]] = {}
+    for name, path in mods.items():
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                homes.setdefault(node.name, []).append(name)
+    return {c: where for c, where in homes.items() if len(where) > 1}
+
+
+def test_every_subcommand_is_a_package_of_one_shape():
+    from hostcheck.command import SUBCOMMANDS
+
+    assert {name: m.__name__ for name, m in SUBCOMMANDS.items()} == {
+        n: f"hostcheck.{n}.cli" for n in SUBCOMMANDS
+    }
+    assert [e for name in SUBCOMMANDS for e in subcommand_shape_errors(PKG, name)] == []
+    assert render_modules_outside(PKG, set(SUBCOMMANDS)) == []
+
+
+def test_the_command_line_imports_only_the_subcommands_entry_points():
+    from hostcheck.command import SUBCOMMANDS
+
+    assert command_import_errors((PKG / "command.py").read_text(), set(SUBCOMMANDS)) == []
+
+
+def test_no_two_classes_share_a_name():
+    assert class_name_homes(modules()) == {}
+
+
+def test_a_subcommand_of_another_shape_is_refused(tmp_path):
+    good_cli = "SUMMARY = DESCRIPTION = EPILOG = ''\ndef add_arguments(p): pass\ndef run(args): return 0\n"
+    for name in ("good", "nocli", "norun", "norender", "badrender"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / "good" / "cli.py").write_text(good_cli)
+    (tmp_path / "good" / "render").mkdir()
+    (tmp_path / "good" / "render" / "__init__.py").write_text("")
+    (tmp_path / "good" / "render" / "text.py").write_text("def render_text(r): return ''\n")
+    (tmp_path / "norun" / "cli.py").write_text("SUMMARY = DESCRIPTION = ''\ndef add_arguments(p): pass\n")
+    (tmp_path / "norun" / "render.py").write_text("def render_text(r): return ''\n")
+    (tmp_path / "norender" / "cli.py").write_text(good_cli)
+    (tmp_path / "badrender" / "cli.py").write_text(good_cli)
+    (tmp_path / "badrender" / "render.py").write_text("def text(r): return ''\n")
+    (tmp_path / "flat.py").write_text(good_cli)  # a subcommand as one module at the top: the old fleet.py
+    (tmp_path / "gather").mkdir()
+    (tmp_path / "gather" / "render.py").write_text("def render_x(): pass\n")
+    assert subcommand_shape_errors(tmp_path, "good") == []
+    assert subcommand_shape_errors(tmp_path, "flat") == ["flat: not a package (hostcheck/flat/__init__.py)"]
+    assert subcommand_shape_errors(tmp_path, "nocli") == ["nocli: no cli.py (its parser and its run)"]
+    assert subcommand_shape_errors(tmp_path, "norun") == [
+        "norun/cli.py: no EPILOG",
+        "norun/cli.py: no run() of 1 argument",
+    ]
+    assert subcommand_shape_errors(tmp_path, "norender") == [
+        "norender: no render_* function in norender/render.py or norender/render/"
+    ]
+    assert subcommand_shape_errors(tmp_path, "badrender")[0].startswith("badrender: no render_* function")
+    assert render_modules_outside(tmp_path, {"good", "badrender", "norun"}) == ["gather/render.py"]
+
+
+def test_a_command_line_that_reaches_into_a_subcommand_is_refused():
+    planted = (
+        "from hostcheck import __version__\n"
+        "from hostcheck.child.launch import kill_all\n"
+        "from hostcheck.bench import cli as bench_cli\n"
+        "from hostcheck.check import cli, request\n"
+        "from hostcheck.core import evaluate\n"
+        "import hostcheck.fleet.reports\n"
+    )
+    assert command_import_errors(planted, {"bench", "check", "fleet"}) == [
+        "command.py:4: imports hostcheck.check.request",
+        "command.py:5: imports hostcheck.core",
+        "command.py:6: imports hostcheck.fleet.reports",
+    ]
+
+
+def test_a_second_class_of_one_name_is_refused(tmp_path):
+    (tmp_path / "score.py").write_text("class Verdict:\n    pass\n")
+    (tmp_path / "diagnosis.py").write_text("class Verdict:\n    pass\nclass Diagnosis:\n    pass\n")
+    mods = {"hostcheck.score": tmp_path / "score.py", "hostcheck.job.diagnosis": tmp_path / "diagnosis.py"}
+    assert class_name_homes(mods) == {"Verdict": ["hostcheck.score", "hostcheck.job.diagnosis"]}
