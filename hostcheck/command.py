@@ -5,9 +5,11 @@
     hostcheck fleet REPORT_DIR [...]     many nodes' ``--json`` reports -> fleet.md and fleet.html
     hostcheck job [OPTIONS] -- CMD ...   run a training command and say what holds its GPUs back
 
-A subcommand is a module with ``SUMMARY`` (its line in the command list), ``DESCRIPTION`` and ``EPILOG`` (its
-``--help``), ``add_arguments(parser)`` and ``run(args) -> int`` (its exit code). To add one, write such a module
-and name it in :data:`SUBCOMMANDS`. What surrounds ``run`` is done here, the same for every subcommand:
+A subcommand is a package ``hostcheck/NAME/`` whose ``cli`` module has ``SUMMARY`` (its line in the command
+list), ``DESCRIPTION`` and ``EPILOG`` (its ``--help``), ``add_arguments(parser)`` and ``run(args) -> int`` (its exit
+code), with its renderers in ``NAME/render`` (tests/unit/test_structure.py holds the shape). To add one, write
+such a package and name its ``cli`` in :data:`SUBCOMMANDS`. What surrounds ``run`` is done here, the same for
+every subcommand:
 
 - exit codes: ``0`` ready (or: it ran), ``1`` not ready (or: nothing measured), ``2`` usage or environment
   error, ``128 + N`` when signal N ended the run (SIGHUP 129, SIGINT 130, SIGTERM 143);

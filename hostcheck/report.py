@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -11,7 +10,7 @@ from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.gpuinfo import BusId, normalise_bus_id
-from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.gather.workload import WorkloadRun, finite_number
 from hostcheck.registry import Result
 from hostcheck.score import Verdict
 
@@ -151,25 +150,6 @@ def nvml_bus_id(bus_id: Any) -> str | None:
     return normalise_bus_id(bus_id).nvml
 
 
-def _number(v: Any, bools: bool = True, scale: float = 1) -> float | int | None:
-    """``v * scale`` when ``v`` is a number (a bool as 0/1 where ``bools``) and the product a finite float, else
-    None: Unavailable, None, text, NaN and an int beyond any float (a hostile child's JSON) are left out."""
-    if isinstance(v, bool):
-        v = int(v) if bools else None
-    if not isinstance(v, (int, float)):
-        return None
-    try:
-        scaled = v * scale if scale != 1 else v
-        return scaled if math.isfinite(scaled) else None
-    except OverflowError:
-        return None
-
-
-def _index(row: Any) -> int | None:
-    v = row.get("index") if isinstance(row, dict) else None
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
 def _item(v: Any, i: int) -> Any:
     return v[i] if isinstance(v, tuple) and len(v) > i else None
 
@@ -203,73 +183,29 @@ def _nvml_quantities(g: Any) -> dict[str, float]:
         "fabric_state": _item(g.fabric, 0),
         "compute_processes": len(g.processes) if isinstance(g.processes, tuple) else None,
         "pcie_replays": g.pcie_replays,
-        "power_limit_watts": _number(g.power_limit_mw, bools=False, scale=0.001),
+        "power_limit_watts": finite_number(g.power_limit_mw, bools=False, scale=0.001),
         "mig_mode_enabled": _item(g.mig_mode, 0),
         "lost": g.lost is not None,
     }
-    out = {k: _number(v) for k, v in raw.items()}
+    out = {k: finite_number(v) for k, v in raw.items()}
     return {k: v for k, v in out.items() if v is not None}
-
-
-def _suite_rows(run: WorkloadRun, name: str) -> list[dict]:
-    """A suite section's per-device rows; CPU rows have no device index, so nothing there is a GPU's."""
-    data, _ = suite_section(run, name)
-    rows = data.get("gpus") if isinstance(data, dict) else None
-    return [r for r in rows if _index(r) is not None] if isinstance(rows, list) else []
-
-
-def _burn_rows(run: WorkloadRun) -> list[dict]:
-    recs = run.burn.records if run.burn is not None else ()
-    rec = next((x for x in reversed(recs) if x.get("probe") == "burn" and x.get("ok")), None)
-    data = rec.get("data") if rec is not None else None
-    rows = data.get("gpus") if isinstance(data, dict) else None
-    return [r for r in rows if _index(r) is not None] if isinstance(rows, list) else []
-
-
-def _device_to_nvml(run: WorkloadRun, nvml_by_bus: dict[str, int]) -> dict[int, int]:
-    """The suite's CUDA device index -> NVML index, by PCI address where the env probe read one (CUDA's
-    order differs from NVML's under CUDA_DEVICE_ORDER=FASTEST_FIRST or CUDA_VISIBLE_DEVICES); else the same."""
-    out = {}
-    for row in _suite_rows(run, "env"):
-        bus = row.get("pci_bus_id")
-        if isinstance(bus, str) and bus.lower() in nvml_by_bus:
-            out[row["index"]] = nvml_by_bus[bus.lower()]
-    return out
 
 
 def _workload_figures(
     run: WorkloadRun, nvml_by_bus: dict[str, int]
 ) -> dict[int, dict[str, dict[str, float]]]:
-    """NVML index -> {"quantities" | "matmul" | "copy": {name: value in base units}} from the workload run."""
-    to_nvml = _device_to_nvml(run, nvml_by_bus)
+    """NVML index -> {"quantities" | "matmul" | "copy": {name: value in base units}} from the run's devices.
+
+    A CUDA device is NVML's GPU at the same PCI address where the env probe read one (CUDA's order differs
+    from NVML's under CUDA_DEVICE_ORDER=FASTEST_FIRST or CUDA_VISIBLE_DEVICES); else the same index."""
     out: dict[int, dict[str, dict[str, float]]] = {}
-
-    def slot(row: dict, part: str) -> dict[str, float]:
-        i = to_nvml.get(row["index"], row["index"])
-        return out.setdefault(i, {"quantities": {}, "matmul": {}, "copy": {}})[part]
-
-    for row in _suite_rows(run, "matmul"):
-        dtypes = row.get("dtypes")
-        for dt, m in dtypes.items() if isinstance(dtypes, dict) else ():
-            ok = isinstance(m, dict) and isinstance(dt, str)
-            v = _number(m.get("tflops"), bools=False, scale=1e12) if ok else None
-            if v is not None:
-                slot(row, "matmul")[dt] = v
-    for row in _suite_rows(run, "bandwidth"):
-        for kind, m in row.items():
-            ok = isinstance(m, dict) and isinstance(kind, str)
-            v = _number(m.get("gbs"), bools=False, scale=1e9) if ok else None
-            if v is not None:
-                slot(row, "copy")[kind] = v
-    for row in _burn_rows(run):
-        for key, name, scale in (
-            ("tflops_median", "burn_median_flops_per_second", 1e12),
-            ("tflops_min", "burn_min_flops_per_second", 1e12),
-            ("mismatches", "burn_result_mismatches", 1),
-        ):
-            v = _number(row.get(key), bools=False, scale=scale)
-            if v is not None:
-                slot(row, "quantities")[name] = v
+    for d in run.devices:
+        bus = d.pci_bus_id.lower() if d.pci_bus_id else None
+        i = nvml_by_bus.get(bus, d.index) if bus else d.index
+        slot = out.setdefault(i, {"quantities": {}, "matmul": {}, "copy": {}})
+        slot["matmul"].update(d.matmul_flops_per_second)
+        slot["copy"].update(d.copy_bytes_per_second)
+        slot["quantities"].update(d.quantities)
     return out
 
 

@@ -9,11 +9,13 @@ hostcheck).
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from hostcheck.child.launch import ProbeRun, child_env, free_port, run_child, run_children
@@ -59,6 +61,11 @@ class WorkloadRun:
     #: The suite sections asked for (checks of the others are skipped).
     sections: tuple[str, ...] = DEFAULT_SECTIONS
 
+    @cached_property
+    def devices(self) -> tuple[DeviceFigures, ...]:
+        """Each CUDA device's figures from the suite and the burn-in, parsed once (see device_figures)."""
+        return device_figures(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "python": self.python,
@@ -71,6 +78,103 @@ class WorkloadRun:
             "wall_s": round(self.wall_s, 3),
             "sections": list(self.sections),
         }
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    """One CUDA device's measured figures, in base units; a figure the records do not hold as a finite number
+    is left out (a hostile or broken child's JSON never becomes a value)."""
+
+    #: The suite's CUDA device index (the report maps it to NVML's through the PCI address).
+    index: int
+    #: The PCI address the env probe read for it, as the probe gave it; None when it read none.
+    pci_bus_id: str | None = None
+    #: Matmul throughput per dtype ("bf16", "fp16", "tf32", "fp32"), FLOP/s.
+    matmul_flops_per_second: dict[str, float] = field(default_factory=dict)
+    #: Copy bandwidth per kind ("h2d_pinned", "d2h_pageable", "device_copy"...), bytes/s.
+    copy_bytes_per_second: dict[str, float] = field(default_factory=dict)
+    #: The burn-in's figures: burn_median_flops_per_second, burn_min_flops_per_second, burn_result_mismatches.
+    quantities: dict[str, float] = field(default_factory=dict)
+
+
+def finite_number(v: Any, bools: bool = True, scale: float = 1) -> float | int | None:
+    """``v * scale`` when ``v`` is a number (a bool as 0/1 where ``bools``) and the product a finite float, else
+    None: Unavailable, None, text, NaN and an int beyond any float (a hostile child's JSON) are left out."""
+    if isinstance(v, bool):
+        v = int(v) if bools else None
+    if not isinstance(v, (int, float)):
+        return None
+    try:
+        scaled = v * scale if scale != 1 else v
+        return scaled if math.isfinite(scaled) else None
+    except OverflowError:
+        return None
+
+
+def _device_index(row: Any) -> int | None:
+    v = row.get("index") if isinstance(row, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _suite_rows(run: WorkloadRun, name: str) -> list[dict]:
+    """A suite section's per-device rows; CPU rows have no device index, so nothing there is a GPU's."""
+    data, _ = suite_section(run, name)
+    rows = data.get("gpus") if isinstance(data, dict) else None
+    return [r for r in rows if _device_index(r) is not None] if isinstance(rows, list) else []
+
+
+def _burn_rows(run: WorkloadRun) -> list[dict]:
+    recs = run.burn.records if run.burn is not None else ()
+    rec = next((x for x in reversed(recs) if x.get("probe") == "burn" and x.get("ok")), None)
+    data = rec.get("data") if rec is not None else None
+    rows = data.get("gpus") if isinstance(data, dict) else None
+    return [r for r in rows if _device_index(r) is not None] if isinstance(rows, list) else []
+
+
+#: (burn record key, quantity, scale to base units)
+BURN_FIGURES = (
+    ("tflops_median", "burn_median_flops_per_second", 1e12),
+    ("tflops_min", "burn_min_flops_per_second", 1e12),
+    ("mismatches", "burn_result_mismatches", 1),
+)
+
+
+def device_figures(run: WorkloadRun) -> tuple[DeviceFigures, ...]:
+    """The suite's matmul and bandwidth rows and the burn-in's, per CUDA device, in base units."""
+    parts: dict[int, dict[str, dict[str, float]]] = {}
+
+    def slot(row: dict, part: str) -> dict[str, float]:
+        return parts.setdefault(row["index"], {"quantities": {}, "matmul": {}, "copy": {}})[part]
+
+    for row in _suite_rows(run, "matmul"):
+        dtypes = row.get("dtypes")
+        for dt, m in dtypes.items() if isinstance(dtypes, dict) else ():
+            ok = isinstance(m, dict) and isinstance(dt, str)
+            v = finite_number(m.get("tflops"), bools=False, scale=1e12) if ok else None
+            if v is not None:
+                slot(row, "matmul")[dt] = v
+    for row in _suite_rows(run, "bandwidth"):
+        for kind, m in row.items():
+            ok = isinstance(m, dict) and isinstance(kind, str)
+            v = finite_number(m.get("gbs"), bools=False, scale=1e9) if ok else None
+            if v is not None:
+                slot(row, "copy")[kind] = v
+    for row in _burn_rows(run):
+        for key, name, scale in BURN_FIGURES:
+            v = finite_number(row.get(key), bools=False, scale=scale)
+            if v is not None:
+                slot(row, "quantities")[name] = v
+    buses = {r["index"]: r.get("pci_bus_id") for r in _suite_rows(run, "env")}
+    return tuple(
+        DeviceFigures(
+            index=i,
+            pci_bus_id=buses.get(i) if isinstance(buses.get(i), str) else None,
+            matmul_flops_per_second=p["matmul"],
+            copy_bytes_per_second=p["copy"],
+            quantities=p["quantities"],
+        )
+        for i, p in parts.items()
+    )
 
 
 # ------------------------------------------------------------------------------------------ gathering

@@ -397,6 +397,34 @@ def test_nvml_bus_id_form():
     assert nvml_bus_id(None) is None and nvml_bus_id("garbage") == "garbage"
 
 
+def test_the_workload_figures_are_parsed_once_into_typed_devices():
+    run = suite_run(2, order=[1, 0])
+    d0 = run.devices[0]
+    assert run.devices is run.devices  # parsed once, then kept
+    assert (d0.index, d0.pci_bus_id) == (0, f"0000:{S.H100_BUSES[1]}:00.0")
+    assert d0.matmul_flops_per_second == {"bf16": pytest.approx(701e12), "fp16": pytest.approx(690e12)}
+    assert d0.copy_bytes_per_second["device_copy"] == pytest.approx(2950e9)
+    assert "h2d_pageable" not in d0.copy_bytes_per_second  # an error row is no figure
+    assert d0.quantities == {
+        "burn_median_flops_per_second": pytest.approx(650e12),
+        "burn_min_flops_per_second": pytest.approx(600e12),
+        "burn_result_mismatches": 0,
+    }
+    # Planted: what a broken or hostile child writes never becomes a figure.
+    rows = [
+        {
+            "index": 0,
+            "dtypes": {"bf16": {"tflops": float("nan")}, "fp16": {"tflops": True}, 7: {"tflops": 1}},
+        },
+        {"index": True, "dtypes": {"bf16": {"tflops": 1.0}}},
+        "row",
+        {"index": 1, "dtypes": {"bf16": {"tflops": 10**400}}},
+    ]
+    recs = ({"probe": "matmul", "event": "start"}, {"probe": "matmul", "ok": True, "data": {"gpus": rows}})
+    bad = WorkloadRun(suite=ProbeRun(name="suite", records=recs), sections=("matmul",))
+    assert [(d.index, d.matmul_flops_per_second) for d in bad.devices] == []
+
+
 def test_the_pci_address_is_typed_once_where_it_is_read():
     gpu = S.make_snapshot().nvml.gpus[0]  # the fake NVML answers 00000000:18:00.0
     assert isinstance(gpu.pci_bus_id, BusId) and gpu.pci_bus_id == "0000:18:00.0"
