@@ -32,6 +32,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "GFLOP/s": ("flops_per_second", 1e9),
     "GB/s": ("bytes_per_second", 1e9),
     "MB/s": ("bytes_per_second", 1e6),
+    "Gb/s": ("bits_per_second", 1e9),
     "GiB/s": ("bytes_per_second", 2**30),
     "B": ("bytes", 1),
     "bytes": ("bytes", 1),
@@ -59,6 +60,7 @@ UNITS: dict[str, tuple[str, float]] = {
 UNIT_WORDS = {
     "flops_per_second": "floating-point operations per second",
     "bytes_per_second": "bytes per second",
+    "bits_per_second": "bits per second (a link's rate)",
     "bytes": "bytes",
     "seconds": "seconds",
     "ratio": "a ratio (1 is 100%, or a speedup of 1x)",
