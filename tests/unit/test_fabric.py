@@ -1,0 +1,321 @@
+"""RDMA fabric (fabric.E001-E009) from sysfs trees: a healthy 8 x H100 InfiniBand node and a RoCE node
+(tests/unit/fixtures/fabrictree.py, transcribed from the kernel's ABI documents and public dumps), with one fault
+planted at a time, twice where a counter must rise between two runs. Each fault is caught by exactly its check,
+and the healthy trees pass every check (the GPUs through the fake NVML), scoring 100.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import fabrictree as T
+import hostcheck_scenarios as S
+import pytest
+
+from hostcheck import gather as G
+from hostcheck.checks import all_checks
+from hostcheck.cli import evaluate
+from hostcheck.config import Config, parse
+from hostcheck.gather import Options
+from hostcheck.gather.rdma import gather_rdma, nccl_list, parse_acs, parse_enum, parse_pci_link, parse_rate
+from hostcheck.gather.state import load_state
+from hostcheck.registry import Status
+
+FABRIC_IDS = {f"fabric.E00{i}" for i in range(1, 10)}
+NOT_OK = (Status.WARN, Status.FAIL, Status.ERROR)
+HEALTHY_ENV = "NCCL_IB_HCA=mlx5\nNCCL_SOCKET_IFNAME==eth0\nNCCL_NET_GDR_LEVEL=PXB\n"
+EXPECTED = {"fabric": {"expected_ports": 8, "rate_gbps": 400, "link_layer": "InfiniBand"}}
+
+
+def run(root: Path, tmp: Path, now: float, config: Config | None = None, env: str = HEALTHY_ENV):
+    """One real gather of the rdma part (state loaded and saved once), judged with the fake NVML's healthy node."""
+    env_file = tmp / "env"
+    env_file.write_text(env)
+    opts = Options(host_root=str(root), state_file=str(tmp / "state.json"), env_file=str(env_file))
+    snap = G.gather(dataclasses.replace(opts, config=config or Config()), {"rdma"})
+    rdma = dataclasses.replace(snap.rdma, taken_at=now)
+    whole = S.make_snapshot(options=dataclasses.replace(opts, config=config or Config()))
+    whole = dataclasses.replace(whole, rdma=rdma)
+    results, verdict = evaluate(whole, [c for c in all_checks() if c.category != "workload"])
+    return {r.id: r for r in results}, verdict
+
+
+def not_ok(results) -> set[str]:
+    return {i for i, r in results.items() if r.status in NOT_OK}
+
+
+@pytest.fixture(params=["h100_ib", "h100_roce"])
+def node(request, tmp_path):
+    return T.build(tmp_path / "host", request.param), request.param
+
+
+@pytest.fixture
+def ib(tmp_path):
+    return T.build(tmp_path / "host", "h100_ib")
+
+
+def test_the_healthy_trees_pass_every_check_and_score_100(node, tmp_path):
+    root, kind = node
+    first, _ = run(root, tmp_path, 1000.0)
+    assert not_ok(first) == set()
+    assert "first run" in " ".join(first["fabric.E003"].details)
+    results, verdict = run(root, tmp_path, 1300.0)
+    assert {i: results[i].status for i in FABRIC_IDS} == dict.fromkeys(FABRIC_IDS, Status.PASS)
+    assert verdict.score == 100 and not_ok(results) == set()
+    assert "8 RDMA port(s) ACTIVE/LinkUp" in results["fabric.E001"].message
+    assert ("nvidia_peermem" if kind == "h100_roce" else "DMA-BUF") in results["fabric.E008"].message
+    assert "GPU 0 (0000:18:00.0): mlx5_0 (switch)" in results["fabric.E006"].details
+
+
+def test_the_healthy_ib_tree_passes_against_the_expected_fabric(ib, tmp_path):
+    results, _ = run(ib, tmp_path, 1000.0, config=parse(EXPECTED))
+    assert {i: results[i].status for i in FABRIC_IDS} == dict.fromkeys(FABRIC_IDS, Status.PASS)
+
+
+def _port(i: int, name: str, text: str):
+    return lambda root: (T.port_dir(root, i) / name).write_text(text + "\n")
+
+
+def _counter(i: int, name: str, value: int):
+    return lambda root: (T.port_dir(root, i) / "counters" / name).write_text(f"{value}\n")
+
+
+def _acs_on(root: Path) -> None:
+    g = T.GPU_BUSES[5]
+    T.bridge_config(root, T.bdf(g - 1, 1)).write_bytes(T.config_space(0x1D))
+
+
+def _proprietary(root: Path) -> None:
+    (root / "proc/driver/nvidia/version").write_text(T.PROPRIETARY_DRIVER)
+
+
+def _firmware(root: Path) -> None:
+    (root / "sys/class/infiniband/mlx5_7/fw_ver").write_text("28.40.1000\n")
+
+
+#: fault -> (plant, expected non-pass ids, their status, words the message must hold, config, env)
+FAULTS = {
+    "port_down": (
+        lambda r: (_port(3, "state", "1: DOWN")(r), _port(3, "phys_state", "3: Disabled")(r)),
+        "fabric.E001",
+        Status.FAIL,
+        "mlx5_3 port 1: state DOWN, physical state Disabled",
+        None,
+        HEALTHY_ENV,
+    ),
+    "port_at_200": (
+        _port(6, "rate", "200 Gb/sec (4X HDR)"),
+        "fabric.E002",
+        Status.WARN,
+        "mlx5_6 port 1 at 200",
+        None,
+        HEALTHY_ENV,
+    ),
+    "port_at_200_expected_400": (
+        _port(6, "rate", "200 Gb/sec (4X HDR)"),
+        "fabric.E002",
+        Status.FAIL,
+        "mlx5_6 port 1 at 200 Gb/s, expected 400",
+        EXPECTED,
+        HEALTHY_ENV,
+    ),
+    "link_downed_rising": (
+        _counter(2, "link_downed", 1),
+        "fabric.E004",
+        Status.FAIL,
+        "mlx5_2 port 1: link went down 1",
+        None,
+        HEALTHY_ENV,
+    ),
+    "symbol_error_rising": (
+        _counter(4, "symbol_error", 5),
+        "fabric.E003",
+        Status.WARN,
+        "mlx5_4 port 1: 5 new error",
+        None,
+        HEALTHY_ENV,
+    ),
+    "symbol_error_storm": (
+        _counter(4, "symbol_error", 500),
+        "fabric.E003",
+        Status.FAIL,
+        "mlx5_4 port 1: 500 new",
+        None,
+        HEALTHY_ENV,
+    ),
+    "nic_on_the_other_numa_node": (
+        lambda r: T.move_nic(r, 3),
+        "fabric.E006",
+        Status.WARN,
+        "GPU 3 (0000:5d:00.0)",
+        None,
+        HEALTHY_ENV,
+    ),
+    "acs_on_the_switch": (
+        _acs_on,
+        "fabric.E007",
+        Status.FAIL,
+        "between GPU 5 (0000:ab:00.0) and mlx5_5: ACSCtl SrcValid+ ReqRedir+",
+        None,
+        HEALTHY_ENV,
+    ),
+    "no_gpudirect_path": (
+        _proprietary,
+        "fabric.E008",
+        Status.FAIL,
+        "no GPUDirect RDMA path",
+        None,
+        HEALTHY_ENV,
+    ),
+    "stale_nccl_ib_hca": (
+        lambda r: None,
+        "fabric.E009",
+        Status.FAIL,
+        "NCCL_IB_HCA names mlx5_8, which does not exist",
+        None,
+        "NCCL_IB_HCA==mlx5_0,mlx5_8\n",
+    ),
+    "nccl_ifname_down": (
+        lambda r: (r / "sys/devices/virtual/net/eth0/operstate").write_text("down\n"),
+        "fabric.E009",
+        Status.FAIL,
+        "NCCL_SOCKET_IFNAME names eth0: eth0 down",
+        None,
+        HEALTHY_ENV,
+    ),
+    "firmware_drift": (_firmware, "fabric.E005", Status.WARN, "mlx5_7 at 28.40.1000", None, HEALTHY_ENV),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_fault_is_caught_by_exactly_its_check(fault, ib, tmp_path):
+    plant, want, status, words, config, env = FAULTS[fault]
+    cfg = parse(config) if config else None
+    first, _ = run(ib, tmp_path, 1000.0, config=cfg)  # the healthy tree first: the counters' baseline
+    assert not_ok(first) == set()
+    plant(ib)
+    results, verdict = run(ib, tmp_path, 1300.0, config=cfg, env=env)
+    assert not_ok(results) == {want}, {i: results[i].message for i in not_ok(results)}
+    assert results[want].status is status and words in results[want].message, results[want].message
+    assert results[want].hint
+    assert verdict.counts[status.value] == 1 and (status is Status.WARN or not verdict.ready)
+
+
+def test_counters_already_high_on_a_first_run_are_a_baseline_not_a_fault(ib, tmp_path):
+    _counter(2, "link_downed", 3)(ib)
+    _counter(4, "symbol_error", 900)(ib)
+    results, _ = run(ib, tmp_path, 1000.0)
+    assert not_ok(results) == set()
+    assert any("baseline" in d for d in results["fabric.E004"].details)
+
+
+def test_a_counter_that_went_down_is_a_new_baseline(ib, tmp_path):
+    _counter(4, "symbol_error", 50)(ib)
+    run(ib, tmp_path, 1000.0)
+    _counter(4, "symbol_error", 0)(ib)  # the counters were cleared (perfquery -R, a reboot)
+    results, _ = run(ib, tmp_path, 1300.0)
+    assert results["fabric.E003"].status is Status.PASS
+
+
+def test_a_node_without_rdma_devices_skips_every_fabric_check(tmp_path):
+    root = tmp_path / "host"
+    (root / "sys").mkdir(parents=True)
+    results, _ = run(root, tmp_path, 1000.0)
+    assert {results[i].status for i in FABRIC_IDS} == {Status.SKIP}
+    assert "no RDMA device on this node" in results["fabric.E001"].message
+
+
+def test_acs_unreadable_without_root_is_a_skip_never_off_or_fail(ib, tmp_path):
+    for cfg in (ib / "sys/devices").rglob("config"):
+        cfg.write_bytes(T.config_space(0x1D)[:64])  # what a non-root reader gets
+    results, _ = run(ib, tmp_path, 1000.0)
+    assert results["fabric.E007"].status is Status.SKIP and "run as root" in results["fabric.E007"].message
+    assert not_ok(results) == set()
+
+
+def test_the_state_is_loaded_once_and_saved_once_with_every_namespace(ib, tmp_path, monkeypatch):
+    from hostcheck.gather import state as st
+
+    calls = {"load": 0, "save": 0}
+    load, save = st.load_state, st.save_state
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+
+        return wrapper
+
+    monkeypatch.setattr(st, "load_state", counted("load", load))
+    monkeypatch.setattr(st, "save_state", counted("save", save))
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps({"schema": 1, "taken_at": 1.0, "counters": {"dstate": {"x": 1}, "other": {"y": 2}}})
+    )
+    snap = G.gather(Options(host_root=str(ib), state_file=str(state)), {"hardware", "rdma"})
+    assert calls == {"load": 1, "save": 1}
+    kept = load_state(str(state)).previous
+    assert kept["rdma"]["mlx5_0:1.symbol_error"] == 0 and "aer" in kept  # both gatherers' counters
+    assert kept["other"] == {"y": 2}  # a namespace this run did not read keeps its values
+    assert snap.rdma.state.write_error is None and snap.hardware.state is snap.rdma.state
+
+
+def test_the_command_line_reads_the_fabric_under_the_host_root(ib, tmp_path, capsys):
+    from hostcheck import command
+
+    env = tmp_path / "env"
+    env.write_text("NCCL_IB_HCA==mlx5_9\n")
+    argv = [
+        "check",
+        "--quick",
+        "--json",
+        "--only",
+        "fabric",
+        "--facts-dir",
+        str(tmp_path),
+        "--env-file",
+        str(env),
+    ]
+    argv += ["--host-root", str(ib), "--state-file", str(tmp_path / "st.json")]
+    assert command.main(argv) == 1
+    doc = json.loads(capsys.readouterr().out)
+    got = {c["id"]: c["status"] for c in doc["checks"]}
+    assert got["fabric.E009"] == "fail" and got["fabric.E001"] == "pass"
+
+
+# --- the pure parsers -------------------------------------------------------------------------------------
+
+
+def test_parsers_read_the_kernels_forms_and_refuse_garbage():
+    assert parse_enum("4: ACTIVE\n") == "ACTIVE" and parse_enum("5: LinkUp") == "LinkUp"
+    assert parse_rate("400 Gb/sec (4X NDR)") == 400.0 and parse_rate("2.5 Gb/sec (1X SDR)") == 2.5
+    assert parse_rate("fast") is None and parse_rate("9" * 40 + " Gb/sec") is None
+    target = "../../../devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:18:00.0"
+    assert parse_pci_link(target, "0000:18:00.0") == ("pci0000:15", ("0000:15:01.0", "0000:16:00.0"))
+    assert parse_pci_link("../../../devices/platform/x", "0000:18:00.0") is None
+    assert parse_acs(T.config_space(0)) == () and parse_acs(T.config_space(0x1D)) == (
+        "SrcValid",
+        "ReqRedir",
+        "CmpltRedir",
+        "UpstreamFwd",
+    )
+    assert parse_acs(T.config_space(0)[:64]) is None and parse_acs(T.config_space(None)) == ()
+    assert nccl_list("^=mlx5_1:1,mlx5_2") == (True, True, [("mlx5_1", 1), ("mlx5_2", None)])
+
+
+def test_an_extended_capability_loop_ends():
+    import struct
+
+    data = bytearray(4096)
+    struct.pack_into("<I", data, 0x100, 0x0001 | (1 << 16) | (0x100 << 20))  # AER pointing at itself
+    assert parse_acs(bytes(data)) == ()
+
+
+def test_the_rdma_snapshot_names_ports_and_nics(ib):
+    snap = gather_rdma(str(ib))
+    assert [d.name for d in snap.devices] == [f"mlx5_{i}" for i in range(8)]
+    d = snap.devices[0]
+    assert (d.pci, d.numa_node, d.fw_ver, d.netdevs) == ("0000:1a:00.0", 0, T.FIRMWARE, ("ibp26s0",))
+    assert d.ports[0].rate_gbps == 400.0 and d.ports[0].hw_counters["out_of_buffer"] == 0
