@@ -32,7 +32,7 @@ from hostcheck.render.junit import render_junit
 from hostcheck.render.prometheus import read_last_success, render_prometheus
 from hostcheck.render.summary import render_summary
 from hostcheck.render.text import render_list, render_text
-from hostcheck.report import Report, gpu_records, host_info, now_iso, versions
+from hostcheck.report import Report, gpu_records, host_info, now_iso, port_records, versions
 from hostcheck.score import FAIL_LEVELS, Verdict, verdict
 
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
@@ -231,6 +231,7 @@ def build_report(
         exit_code=EXIT_READY if v.ready else EXIT_NOT_READY,
         gpus=gpu_records(snapshot),
         profile=profile,
+        ports=port_records(snapshot),
     )
 
 

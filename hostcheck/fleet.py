@@ -256,6 +256,52 @@ def render_html(nodes: list[NodeSummary], generated: str, extra: str = "") -> st
     )
 
 
+def _fabric(n: NodeSummary) -> list[dict[str, Any]]:
+    return [f for f in n.findings if str(f.get("id", "")).startswith("fabric.")]
+
+
+def fabric_markdown(nodes: list[NodeSummary]) -> str:
+    """Every node's fabric faults (fabric.* findings, none left out: the table shows five per node)."""
+    rows = [
+        f"| {md_cell(n.host)} | "
+        + "<br>".join(
+            f"`{md_cell(f.get('id'))}` {md_cell(f.get('status'))}: {md_cell(f.get('message', ''))}"
+            for f in _fabric(n)
+        )
+        + " |"
+        for n in nodes
+        if _fabric(n)
+    ]
+    if not rows:
+        return ""
+    return (
+        "\n## Fabric faults\n\n| node | RDMA ports, GPU-NIC paths, NCCL variables |\n|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+
+
+def fabric_html(nodes: list[NodeSummary]) -> str:
+    e = html.escape
+    rows = [
+        f"<tr><td class='node'>{e(n.host)}</td><td><ul>"
+        + "".join(
+            f"<li><code>{e(str(f.get('id')))}</code> <span class='st-{e(str(f.get('status')))}'>"
+            f"{e(str(f.get('status')))}</span> {e(str(f.get('message', '')))}</li>"
+            for f in _fabric(n)
+        )
+        + "</ul></td></tr>"
+        for n in nodes
+        if _fabric(n)
+    ]
+    if not rows:
+        return ""
+    return (
+        "<h2 id='fabric'>Fabric faults</h2><table><thead><tr><th>node</th><th>RDMA ports, GPU-NIC paths, NCCL "
+        f"variables</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """fleet's options."""
     p.add_argument("report_dir", type=Path, help="folder of <host>.json reports")
@@ -301,10 +347,10 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, bad)
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     try:
-        write_report(
-            pages[0][1], render_markdown(nodes, generated, fleet_peers.render_markdown(slow, tolerance))
-        )
-        write_report(pages[1][1], render_html(nodes, generated, fleet_peers.render_html(slow, tolerance)))
+        md_extra = fabric_markdown(nodes) + fleet_peers.render_markdown(slow, tolerance)
+        write_report(pages[0][1], render_markdown(nodes, generated, md_extra))
+        html_extra = fabric_html(nodes) + fleet_peers.render_html(slow, tolerance)
+        write_report(pages[1][1], render_html(nodes, generated, html_extra))
         write_report(pages[2][1], fleet_peers.render_json(slow, tolerance))
         write_report(pages[3][1], fleet_peers.render_prometheus(slow, tolerance))
     except OSError as exc:

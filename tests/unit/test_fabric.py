@@ -319,3 +319,87 @@ def test_the_rdma_snapshot_names_ports_and_nics(ib):
     d = snap.devices[0]
     assert (d.pci, d.numa_node, d.fw_ver, d.netdevs) == ("0000:1a:00.0", 0, T.FIRMWARE, ("ibp26s0",))
     assert d.ports[0].rate_gbps == 400.0 and d.ports[0].hw_counters["out_of_buffer"] == 0
+
+
+# --- outputs ----------------------------------------------------------------------------------------------
+
+
+def _report(root: Path, tmp: Path, plant=None):
+    from hostcheck.cli import build_report
+
+    run(root, tmp, 1000.0)
+    if plant:
+        plant(root)
+    env_file = tmp / "env"
+    opts = Options(host_root=str(root), state_file=str(tmp / "state.json"), env_file=str(env_file))
+    snap = dataclasses.replace(S.make_snapshot(options=opts), rdma=G.gather(opts, {"rdma"}).rdma)
+    results, verdict = evaluate(snap, [c for c in all_checks() if c.category != "workload"])
+    return build_report(snap, results, verdict, started=0.0, when="2026-11-26T00:00:00Z")
+
+
+def test_per_port_series_parse_and_join_the_gpus_series(ib, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from hostcheck.render.prometheus import render_prometheus
+
+    text = render_prometheus(_report(ib, tmp_path))
+    samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    up = {(s.labels["device"], s.labels["port"]): s for s in samples if s.name == "hostcheck_rdma_port_up"}
+    assert len(up) == 8 and all(s.value == 1 for s in up.values())
+    rate = [s for s in samples if s.name == "hostcheck_rdma_port_rate_bits_per_second"]
+    assert {s.value for s in rate} == {400e9}
+    # The join: a port's gpu/UUID are those of hostcheck_gpu_info (and dcgm-exporter's) for the GPU beside it.
+    gpus = {(s.labels["gpu"], s.labels["UUID"]) for s in samples if s.name == "hostcheck_gpu_info"}
+    ports = {(s.labels["gpu"], s.labels["UUID"]): k for k, s in up.items()}
+    assert set(ports) == gpus and ports[("3", "GPU-00000000-0000-0000-0000-000000000003")] == ("mlx5_3", "1")
+    errors = [s for s in samples if s.name == "hostcheck_rdma_port_error_counter"]
+    assert len(errors) == 8 * 12 and {s.labels["counter"] for s in errors} >= {"symbol_error", "link_downed"}
+
+
+def test_the_json_report_carries_the_ports_and_matches_the_schema(ib, tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from hostcheck.config import THRESHOLDS_DATA
+
+    doc = _report(ib, tmp_path).to_dict()
+    schema = json.loads((THRESHOLDS_DATA.parent / "hostcheck-report.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["ports"][0] == {
+        "device": "mlx5_0",
+        "port": 1,
+        "link_layer": "InfiniBand",
+        "state": "ACTIVE",
+        "phys_state": "LinkUp",
+        "rate_bits_per_second": 400e9,
+        "counters": dict.fromkeys(T.ERROR_COUNTERS, 0),
+        "gpu": 0,
+        "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+    }
+
+
+def test_the_drain_reason_names_the_port(ib, tmp_path):
+    from hostcheck.slurm import drain_reason
+
+    report = _report(ib, tmp_path, lambda r: (T.port_dir(r, 3) / "state").write_text("1: DOWN\n"))
+    assert not report.verdict.ready
+    reason = drain_reason(report, "hostcheck")
+    assert reason.startswith("hostcheck:") and "mlx5_3 port 1" in reason and len(reason) <= 80
+
+
+def test_the_fleet_page_lists_each_nodes_fabric_faults(ib, tmp_path):
+    from hostcheck import fleet
+
+    bad = _report(ib, tmp_path, lambda r: (T.port_dir(r, 3) / "state").write_text("1: DOWN\n")).to_dict()
+    nodes = [
+        fleet.summarise("gpu-07", bad),
+        fleet.summarise("gpu-08", _report(T.build(tmp_path / "ok"), tmp_path / "ok").to_dict()),
+    ]
+    md = fleet.fabric_markdown(nodes)
+    assert (
+        "## Fabric faults" in md
+        and "gpu-07" in md
+        and "mlx5_3 port 1: state DOWN" in md
+        and "gpu-08" not in md
+    )
+    page = fleet.render_html(nodes, "now", fleet.fabric_html(nodes))
+    assert "<h2 id='fabric'>Fabric faults</h2>" in page and "mlx5_3 port 1" in page
+    assert fleet.fabric_markdown([nodes[1]]) == "" and fleet.fabric_html([nodes[1]]) == ""
