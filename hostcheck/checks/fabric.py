@@ -98,9 +98,11 @@ def ports_up(s: Any) -> Outcome:
         return r
     want = _config(s).fabric
     ports = _ports(r)
-    fails, warns = [], []
+    fails, warns, unread = [], [], []
     for p in ports:
-        if not _up(p):
+        if not p.state or not p.phys_state:  # not readable: said, never judged
+            unread.append(f"{p.name}: state not readable")
+        elif not _up(p):
             fails.append(f"{p.name}: state {p.state or '?'}, physical state {p.phys_state or '?'}")
         if want.link_layer and p.link_layer != want.link_layer:
             fails.append(f"{p.name}: link layer {p.link_layer or '?'}, expected {want.link_layer}")
@@ -110,16 +112,25 @@ def ports_up(s: Any) -> Outcome:
         warns.append(f"{len(ports)} RDMA port(s), more than the {want.expected_ports} expected")
     expected = want.expected_ports if want.expected_ports is not None else None
     if fails:
-        return failed("; ".join(fails + warns), value=len(ports), expected=expected, hint=PORT_FIX)
+        return failed(
+            "; ".join(fails + warns),
+            value=len(ports),
+            expected=expected,
+            hint=PORT_FIX,
+            details=tuple(unread),
+        )
+    if unread and len(unread) == len(ports):
+        return skipped(f"no RDMA port state readable ({len(ports)} port(s))", details=tuple(unread))
     if warns:
         return warned(
             "; ".join(warns), value=len(ports), expected=expected, hint="set [fabric] expected_ports"
         )
     layers = sorted({p.link_layer for p in ports if p.link_layer})
-    return passed(
-        f"{len(ports)} RDMA port(s) ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})",
-        value=len(ports),
-    )
+    up = len(ports) - len(unread)
+    msg = f"{up} RDMA port(s) ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})"
+    if unread:
+        msg += f" ({len(unread)} not readable, not judged)"
+    return passed(msg, value=len(ports), details=tuple(unread))
 
 
 @check("fabric.E002", "RDMA port rate", weight=5, needs=("rdma",))
