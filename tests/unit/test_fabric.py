@@ -403,3 +403,42 @@ def test_the_fleet_page_lists_each_nodes_fabric_faults(ib, tmp_path):
     page = fleet.render_html(nodes, "now", fleet.fabric_html(nodes))
     assert "<h2 id='fabric'>Fabric faults</h2>" in page and "mlx5_3 port 1" in page
     assert fleet.fabric_markdown([nodes[1]]) == "" and fleet.fabric_html([nodes[1]]) == ""
+
+
+# --- the configuration and NCCL's list forms -------------------------------------------------------------
+
+
+def test_the_fabric_section_is_checked_like_every_other():
+    from hostcheck.config import ConfigError
+
+    assert parse(EXPECTED).fabric.rate_gbps == 400.0
+    for bad, key in (
+        ({"fabric": {"link_layer": "Omni-Path"}}, "fabric.link_layer"),
+        ({"fabric": {"rate": 400}}, "fabric.rate"),
+        ({"fabric": {"expected_ports": -1}}, "fabric.expected_ports"),
+        ({"thresholds": {"rdma_link_downed_rise_fail": 0}}, "thresholds.rdma_link_downed_rise_fail"),
+    ):
+        with pytest.raises(ConfigError) as exc:
+            parse(bad)
+        assert exc.value.key == key
+
+
+@pytest.mark.parametrize(
+    "env, status, words",
+    [
+        ("NCCL_IB_HCA=^mlx5\n", Status.FAIL, "excludes every active RDMA port"),
+        ("NCCL_IB_HCA=^=mlx5_3\n", Status.PASS, "NCCL_IB_HCA=^=mlx5_3"),
+        ("NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n", Status.PASS, "every named device exists and is up"),
+        ("NCCL_IB_HCA==mlx5_0:2\n", Status.FAIL, "names mlx5_0:2, which does not exist"),
+        ("NCCL_SOCKET_IFNAME=bond\n", Status.FAIL, "matches no network interface"),
+        ("NCCL_SOCKET_IFNAME=^docker,lo\n", Status.PASS, "NCCL_SOCKET_IFNAME=^docker,lo"),
+        ("NCCL_NET_GDR_LEVEL=NEAR\n", Status.WARN, "not one of LOC, PIX, PXB, PHB, SYS"),
+        ("NCCL_IB_DISABLE=1\n", Status.WARN, "will not use the active RDMA ports"),
+        ("OMP_NUM_THREADS=8\n", Status.PASS, "no NCCL device variable set"),
+    ],
+)
+def test_nccl_variables_in_their_documented_forms(ib, tmp_path, env, status, words):
+    results, _ = run(ib, tmp_path, 1000.0, env=env)
+    r = results["fabric.E009"]
+    assert r.status is status and words in r.message, r.message
+    assert str(tmp_path / "env") in r.message
