@@ -10,7 +10,7 @@ from typing import Any
 from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
-from hostcheck.gather.rdma import SWITCH, RdmaSnapshot, pair_gpus
+from hostcheck.gather.rdma import ERROR_COUNTERS, SWITCH, RdmaSnapshot, pair_gpus
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Result
 from hostcheck.score import Verdict
@@ -50,23 +50,6 @@ class GpuRecord:
             "matmul_flops_per_second": dict(self.matmul_flops_per_second),
             "copy_bytes_per_second": dict(self.copy_bytes_per_second),
         }
-
-
-#: The port counters a port record carries: Meta GCM's twelve error counters (fabric.E003, E004).
-PORT_COUNTERS = (
-    "symbol_error",
-    "link_error_recovery",
-    "link_downed",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "port_rcv_switch_relay_errors",
-    "port_xmit_discards",
-    "port_xmit_constraint_errors",
-    "port_rcv_constraint_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-    "VL15_dropped",
-)
 
 
 @dataclass(frozen=True)
@@ -410,7 +393,7 @@ def port_records(snap: Any) -> tuple[PortRecord, ...]:
                     state=port.state,
                     phys_state=port.phys_state,
                     rate_bits_per_second=port.rate_gbps * 1e9 if port.rate_gbps is not None else None,
-                    counters={k: port.counters[k] for k in PORT_COUNTERS if k in port.counters},
+                    counters={k: port.counters[k] for k in ERROR_COUNTERS if k in port.counters},
                     gpu=gpu[0] if gpu else None,
                     uuid=gpu[1] if gpu else None,
                 )

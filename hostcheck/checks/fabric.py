@@ -12,26 +12,22 @@ from typing import Any
 
 from hostcheck.checks.gpu import _config
 from hostcheck.gather.base import NOT_FOUND, Unavailable
-from hostcheck.gather.rdma import APART, NUMA, SWITCH, RdmaPort, RdmaSnapshot, nccl_list, pair_gpus
+from hostcheck.gather.rdma import (
+    APART,
+    ERROR_COUNTERS,
+    LINK_DOWNED,
+    NUMA,
+    SWITCH,
+    RdmaPort,
+    RdmaSnapshot,
+    nccl_list,
+    pair_gpus,
+)
 from hostcheck.gather.state import FIRST, RISING
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
-#: Meta GCM's twelve IB error counters (gcm/health_checks/checks/check_ib_counters.py, ERROR_COUNTERS); link_downed
-#: is judged on its own (fabric.E004).
-ERROR_COUNTERS = (
-    "symbol_error",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "port_rcv_switch_relay_errors",
-    "port_xmit_discards",
-    "port_xmit_constraint_errors",
-    "port_rcv_constraint_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-    "VL15_dropped",
-)
-LINK_DOWNED = "link_downed"
+#: GCM's error counters but link_downed, which is judged on its own (fabric.E004).
+RISING_ERRORS = tuple(c for c in ERROR_COUNTERS if c != LINK_DOWNED)
 UP_STATE, UP_PHYS = "ACTIVE", "LinkUp"
 #: NCCL_NET_GDR_LEVEL's values (NCCL's environment variable documentation); integers are its legacy form.
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
@@ -205,7 +201,7 @@ def port_errors(s: Any) -> Outcome:
     if isinstance(r, Outcome):
         return r
     th = _config(s).thresholds
-    rises, lines = _rises(r, ERROR_COUNTERS)
+    rises, lines = _rises(r, RISING_ERRORS)
     note = _history(r)
     details = tuple(lines + ([note] if note else []))
     bad = {n: d for n, d in rises.items() if d >= th.rdma_error_rise_warn}
@@ -275,6 +271,8 @@ def placement(s: Any) -> Outcome:
         return r
     if not r.gpus:
         return skipped("no GPU with a readable PCI path on this node")
+    if not r.nics:
+        return skipped("no RDMA NIC with a readable PCI path on this node")
     names = _gpu_names(s)
     pairs = pair_gpus(r)
     details = tuple(f"{_gpu(names, p.gpu)}: {p.nic or 'no NIC'} ({p.level})" for p in pairs)
@@ -333,7 +331,7 @@ def gpudirect(s: Any) -> Outcome:
     if isinstance(r, Outcome):
         return r
     if not r.gpus:
-        return skipped("no GPU on the PCI bus: GPUDirect RDMA has nothing to serve")
+        return skipped("no GPU with a readable PCI path on this node: GPUDirect RDMA not judged")
     gd = r.gpudirect
     if gd.peermem:
         return passed(f"{gd.peermem} loaded: the NICs reach GPU memory (peer memory)")

@@ -38,6 +38,23 @@ PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 #: UpstreamFwd).
 ACS_P2P_BITS = {0x01: "SrcValid", 0x04: "ReqRedir", 0x08: "CmpltRedir", 0x10: "UpstreamFwd"}
 ACS_CAP_ID = 0x000D
+#: Meta GCM's twelve IB port error counters (gcm/health_checks/checks/check_ib_counters.py, ERROR_COUNTERS): what
+#: fabric.E003/E004 judge and the port records carry.
+ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+)
+LINK_DOWNED = "link_downed"
 
 
 @dataclass(frozen=True)
