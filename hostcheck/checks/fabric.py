@@ -69,7 +69,7 @@ def _gpu_names(s: Any) -> dict[str, str]:
     for g in getattr(getattr(s, "nvml", None), "gpus", None) or ():
         bus = g.pci_bus_id if isinstance(g.pci_bus_id, str) else ""
         dom, _, rest = bus.lower().partition(":")
-        if rest and all(c in "0123456789abcdef" for c in dom):
+        if rest and dom and len(dom) <= 8 and all(c in "0123456789abcdef" for c in dom):
             out[f"{int(dom, 16):04x}:{rest}"] = f"GPU {g.index}"
     return out
 
@@ -100,7 +100,7 @@ def ports_up(s: Any) -> Outcome:
             unread.append(f"{p.name}: state not readable")
         elif not _up(p):
             fails.append(f"{p.name}: state {p.state or '?'}, physical state {p.phys_state or '?'}")
-        if want.link_layer and p.link_layer != want.link_layer:
+        if want.link_layer and p.link_layer and p.link_layer != want.link_layer:
             fails.append(f"{p.name}: link layer {p.link_layer or '?'}, expected {want.link_layer}")
     if want.expected_ports is not None and len(ports) < want.expected_ports:
         fails.append(f"{len(ports)} RDMA port(s), expected {want.expected_ports}")
@@ -159,9 +159,11 @@ def port_rate(s: Any) -> Outcome:
             expected=want,
             details=details,
         )
+    # Peers: ports of the same NIC model on the same link layer (a front-end NIC of another model is no peer).
+    board = {d.name: d.board_id for d in r.devices} if isinstance(r.devices, tuple) else {}
     slow = []
-    for layer in sorted({p.link_layer for p in rated}):
-        peers = [p for p in rated if p.link_layer == layer]
+    for group in sorted({(p.link_layer, board.get(p.device, "")) for p in rated}):
+        peers = [p for p in rated if (p.link_layer, board.get(p.device, "")) == group]
         top = max(p.rate_gbps for p in peers)
         slow += [(p, top) for p in peers if p.rate_gbps < top]
     if slow:
@@ -174,7 +176,8 @@ def port_rate(s: Any) -> Outcome:
             details=details,
         )
     return passed(
-        f"{len(rated)} active port(s), all at the same rate (no [fabric] rate_gbps set)", details=details
+        f"{len(rated)} active port(s), all at the same rate as their peers (no [fabric] rate_gbps set)",
+        details=details,
     )
 
 

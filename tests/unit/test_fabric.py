@@ -442,3 +442,13 @@ def test_nccl_variables_in_their_documented_forms(ib, tmp_path, env, status, wor
     r = results["fabric.E009"]
     assert r.status is status and words in r.message, r.message
     assert str(tmp_path / "env") in r.message
+
+
+def test_a_slower_nic_of_another_model_is_no_peer(ib, tmp_path):
+    dev = "sys/class/infiniband/mlx5_8"
+    T.put(ib, f"{dev}/board_id", "MT_0000000359\n")  # a front-end NIC of another model
+    T.put(ib, f"{dev}/fw_ver", "22.36.1010\n")
+    T.rdma_port(ib, dev, 1, "InfiniBand", "200 Gb/sec (4X HDR)")
+    results, _ = run(ib, tmp_path, 1000.0)
+    assert not_ok(results) == set(), {i: results[i].message for i in not_ok(results)}
+    assert "9 active port(s), all at the same rate as their peers" in results["fabric.E002"].message
