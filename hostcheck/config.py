@@ -113,6 +113,11 @@ class Thresholds:
     pcie_replay_rate_warn_per_min: float = float(_THRESHOLD_DEFAULTS["pcie_replay_rate_warn_per_min"])
     #: The kernel's default hung-task timeout: a task blocked this long in D state warns (system.E008).
     dstate_stuck_s: float = float(_THRESHOLD_DEFAULTS["dstate_stuck_s"])
+    #: Error-counter increments per RDMA port since the last run from which fabric.E003 warns / fails (GCM's).
+    rdma_error_rise_warn: int = int(_THRESHOLD_DEFAULTS["rdma_error_rise_warn"])
+    rdma_error_rise_fail: int = int(_THRESHOLD_DEFAULTS["rdma_error_rise_fail"])
+    #: link_downed increments per port since the last run from which fabric.E004 fails (GCM's critical counter).
+    rdma_link_downed_rise_fail: int = int(_THRESHOLD_DEFAULTS["rdma_link_downed_rise_fail"])
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,21 @@ class HardwareSettings:
     app_clocks_mhz: tuple[int, int] | None = None
 
 
+LINK_LAYERS = ("InfiniBand", "Ethernet")
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """[fabric]: what this node type's RDMA ports should be; unset, the ports are compared with each other."""
+
+    #: RDMA ports expected (every port of every device under /sys/class/infiniband).
+    expected_ports: int | None = None
+    #: Each port's rate in Gb/s, as the kernel's ``rate`` file says it (400 for NDR).
+    rate_gbps: float | None = None
+    #: "InfiniBand" or "Ethernet" (RoCE).
+    link_layer: str | None = None
+
+
 @dataclass(frozen=True)
 class Config:
     path: str | None = None
@@ -177,6 +197,7 @@ class Config:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     prometheus: str | None = None
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
+    fabric: FabricSettings = field(default_factory=FabricSettings)
 
 
 def _xid_from_data(path: Path) -> XidPolicy:
@@ -346,6 +367,9 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
             "aer_correctable_rise_warn": t.integer("aer_correctable_rise_warn", 1, 1 << 31),
             "pcie_replay_rate_warn_per_min": t.number("pcie_replay_rate_warn_per_min", 0.001, 1e9),
             "dstate_stuck_s": t.number("dstate_stuck_s", 1, 86400 * 30),
+            "rdma_error_rise_warn": t.integer("rdma_error_rise_warn", 1, 1 << 31),
+            "rdma_error_rise_fail": t.integer("rdma_error_rise_fail", 1, 1 << 31),
+            "rdma_link_downed_rise_fail": t.integer("rdma_link_downed_rise_fail", 1, 1 << 31),
         }
         t.done()
         thresholds = Thresholds(
@@ -391,6 +415,15 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         if prometheus is not None and not prometheus.startswith("/"):
             raise ConfigError(path, "prometheus.textfile", "must be an absolute path")
     hardware = _hardware(top.table("hardware"), path)
+    fabric = FabricSettings()
+    f = top.table("fabric")
+    if f is not None:
+        fabric = FabricSettings(
+            expected_ports=f.integer("expected_ports", 0, 1024),
+            rate_gbps=f.number("rate_gbps", 1, 100000),
+            link_layer=f.string("link_layer", LINK_LAYERS),
+        )
+        f.done()
     top.done()
     return Config(
         path=path,
@@ -406,6 +439,7 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         slurm=slurm,
         prometheus=prometheus,
         hardware=hardware,
+        fabric=fabric,
     )
 
 

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from hostcheck.registry import Check, Result, run_checks
-from hostcheck.report import Report, gpu_records, host_info, versions
+from hostcheck.report import Report, gpu_records, host_info, port_records, versions
 from hostcheck.score import Verdict, verdict
 
 EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
@@ -42,4 +42,5 @@ def build_report(
         exit_code=EXIT_READY if v.ready else EXIT_NOT_READY,
         gpus=gpu_records(snapshot),
         profile=profile,
+        ports=port_records(snapshot),
     )

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: What the read-only gatherers read: NVML, the kernel log, /proc and /sys, files, local facts ("hardware" also
-#: keeps its counters in the small state file).
-PASSIVE_NEEDS = frozenset({"facts", "system", "nvml", "tuning", "hardware"})
+#: What the read-only gatherers read: NVML, the kernel log, /proc and /sys, files, local facts ("hardware"
+#: and "rdma" keep their counters in the small state file).
+PASSIVE_NEEDS = frozenset({"facts", "system", "nvml", "tuning", "hardware", "rdma"})
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.gpuinfo import BusId, normalise_bus_id
+from hostcheck.gather.rdma import ERROR_COUNTERS, SWITCH, RdmaSnapshot, pair_gpus
 from hostcheck.gather.workload import WorkloadRun, finite_number
 from hostcheck.registry import Result
 from hostcheck.score import Verdict
@@ -52,6 +53,36 @@ class GpuRecord:
 
 
 @dataclass(frozen=True)
+class PortRecord:
+    """One RDMA port, named as node_exporter's infiniband collector names it (device, port), with the GPU under
+    the same PCIe switch where there is one (dcgm-exporter's gpu and UUID)."""
+
+    device: str
+    port: int
+    link_layer: str = ""
+    state: str = ""
+    phys_state: str = ""
+    rate_bits_per_second: float | None = None
+    #: The error counters since they were last cleared (a counter not readable is absent).
+    counters: dict[str, int] = field(default_factory=dict)
+    gpu: int | None = None
+    uuid: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "port": self.port,
+            "link_layer": self.link_layer,
+            "state": self.state,
+            "phys_state": self.phys_state,
+            "rate_bits_per_second": self.rate_bits_per_second,
+            "counters": dict(self.counters),
+            "gpu": self.gpu,
+            "uuid": self.uuid,
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     results: tuple[Result, ...]
     verdict: Verdict
@@ -64,6 +95,8 @@ class Report:
     gpus: tuple[GpuRecord, ...] = ()
     #: The profile that ran (hostcheck.profiles): a passive run judges less than a full one.
     profile: str = ""
+    #: RDMA ports (port_records); empty without RDMA devices or when the fabric was not gathered.
+    ports: tuple[PortRecord, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +111,7 @@ class Report:
             "exit_code": self.exit_code,
             "gpus": [g.to_dict() for g in self.gpus],
             "profile": self.profile or None,
+            "ports": [p.to_dict() for p in self.ports],
         }
 
 
@@ -260,6 +294,41 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
                 copy_bytes_per_second=w.get("copy", {}),
             )
         )
+    return tuple(out)
+
+
+def port_records(snap: Any) -> tuple[PortRecord, ...]:
+    """Every RDMA port of a snapshot, with the NVML index and UUID of the GPU under its NIC's PCIe switch."""
+    r = getattr(snap, "rdma", None)
+    if not isinstance(r, RdmaSnapshot) or not isinstance(r.devices, tuple):
+        return ()
+    n = getattr(snap, "nvml", None)
+    by_bus = {}
+    for g in getattr(n, "gpus", None) or ():
+        if isinstance(g.pci_bus_id, str):
+            by_bus[nvml_bus_id(g.pci_bus_id)] = (g.index, g.uuid if isinstance(g.uuid, str) else None)
+    paired: dict[str, tuple[int, str | None]] = {}
+    for p in sorted(pair_gpus(r), key=lambda p: p.gpu):
+        gpu = by_bus.get(nvml_bus_id(p.gpu))
+        if p.level == SWITCH and p.nic and gpu is not None:
+            paired.setdefault(p.nic, gpu)
+    out = []
+    for d in r.devices:
+        for port in d.ports:
+            gpu = paired.get(d.name)
+            out.append(
+                PortRecord(
+                    device=d.name,
+                    port=port.port,
+                    link_layer=port.link_layer,
+                    state=port.state,
+                    phys_state=port.phys_state,
+                    rate_bits_per_second=port.rate_gbps * 1e9 if port.rate_gbps is not None else None,
+                    counters={k: port.counters[k] for k in ERROR_COUNTERS if k in port.counters},
+                    gpu=gpu[0] if gpu else None,
+                    uuid=gpu[1] if gpu else None,
+                )
+            )
     return tuple(out)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from hostcheck import config
 from hostcheck.fleet import peers
-from hostcheck.fleet.render import render_html, render_markdown
+from hostcheck.fleet.render import render_fabric_html, render_fabric_markdown, render_html, render_markdown
 from hostcheck.fleet.reports import PAGES, load
 from hostcheck.outfile import paths_error, write_report
 
@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, bad)
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     try:
-        write_report(pages[0][1], render_markdown(nodes, generated, peers.render_markdown(slow, tolerance)))
-        write_report(pages[1][1], render_html(nodes, generated, peers.render_html(slow, tolerance)))
+        md_extra = render_fabric_markdown(nodes) + peers.render_markdown(slow, tolerance)
+        write_report(pages[0][1], render_markdown(nodes, generated, md_extra))
+        html_extra = render_fabric_html(nodes) + peers.render_html(slow, tolerance)
+        write_report(pages[1][1], render_html(nodes, generated, html_extra))
         write_report(pages[2][1], peers.render_json(slow, tolerance))
         write_report(pages[3][1], peers.render_prometheus(slow, tolerance))
     except OSError as exc:

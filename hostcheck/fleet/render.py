@@ -91,3 +91,49 @@ def render_html(nodes: list[NodeSummary], generated: str, extra: str = "") -> st
         "<table><thead><tr><th>node</th><th>score</th><th>ready</th><th>GPUs</th><th>driver</th><th>torch</th>"
         f"<th>failing checks and fixes</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{extra}</body></html>\n"
     )
+
+
+def _fabric(n: NodeSummary) -> list[dict[str, Any]]:
+    return [f for f in n.findings if str(f.get("id", "")).startswith("fabric.")]
+
+
+def render_fabric_markdown(nodes: list[NodeSummary]) -> str:
+    """Every node's fabric faults (fabric.* findings, none left out: the table shows five per node)."""
+    rows = [
+        f"| {md_cell(n.host)} | "
+        + "<br>".join(
+            f"`{md_cell(f.get('id'))}` {md_cell(f.get('status'))}: {md_cell(f.get('message', ''))}"
+            for f in _fabric(n)
+        )
+        + " |"
+        for n in nodes
+        if _fabric(n)
+    ]
+    if not rows:
+        return ""
+    return (
+        "\n## Fabric faults\n\n| node | RDMA ports, GPU-NIC paths, NCCL variables |\n|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+
+
+def render_fabric_html(nodes: list[NodeSummary]) -> str:
+    e = html.escape
+    rows = [
+        f"<tr><td class='node'>{e(n.host)}</td><td><ul>"
+        + "".join(
+            f"<li><code>{e(str(f.get('id')))}</code> <span class='st-{e(str(f.get('status')))}'>"
+            f"{e(str(f.get('status')))}</span> {e(str(f.get('message', '')))}</li>"
+            for f in _fabric(n)
+        )
+        + "</ul></td></tr>"
+        for n in nodes
+        if _fabric(n)
+    ]
+    if not rows:
+        return ""
+    return (
+        "<h2 id='fabric'>Fabric faults</h2><table><thead><tr><th>node</th><th>RDMA ports, GPU-NIC paths, NCCL "
+        f"variables</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -9,12 +10,15 @@ from typing import Any, Callable
 
 from hostcheck.config import Config
 from hostcheck.gather import state as counter_state
-from hostcheck.gather.base import BUSY, CRASHED, TIMEOUT, Unavailable, read_text
+from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Unavailable, read_text
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
-from hostcheck.gather.hardware import HOST_ROOT, HardwareSnapshot, gather_hardware
+from hostcheck.gather.hardware import HardwareSnapshot, gather_hardware
+from hostcheck.gather.hardware import counters_of as hardware_counters
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
+from hostcheck.gather.rdma import RdmaSnapshot, gather_rdma
+from hostcheck.gather.rdma import counters_of as rdma_counters
 from hostcheck.gather.system import SystemSnapshot, gather_system
 from hostcheck.gather.torchinfo import TorchSnapshot, choose_python, gather_torch
 from hostcheck.gather.tuning import (
@@ -27,7 +31,7 @@ from hostcheck.gather.tuning import (
 from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
 from hostcheck.registry import call_with_timeout
 
-GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware")
+GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware", "rdma")
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class Snapshot:
     datapath: DataPathSnapshot | None = None
     #: EDAC, machine checks, D-state tasks, PCIe AER and the counters of the last run (hostcheck.gather.hardware).
     hardware: HardwareSnapshot | None = None
+    #: RDMA ports, GPU-NIC PCI paths, ACS, GPUDirect and the NCCL variables (hostcheck.gather.rdma).
+    rdma: RdmaSnapshot | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -172,9 +178,11 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         threads.append(threading.Thread(target=do_workload, daemon=True))
         threads[-1].start()
     if "system" in needs:
+        # The NVSwitches are looked up under the one host root; "/" is the gatherer's own default.
+        root_kw = {"root": options.host_root} if options.host_root != HOST_ROOT else {}
         results["system"] = _timed(
             "system",
-            lambda: gather_system(xid_window_hours=options.config.xid.window_hours),
+            lambda: gather_system(xid_window_hours=options.config.xid.window_hours, **root_kw),
             options.gather_timeout_s,
             lambda u: SystemSnapshot(),
             timings,
@@ -205,6 +213,10 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             timings,
             options.deadline,
         )
+    # The counters of the last run: loaded once for every gatherer that compares with them, saved once below.
+    state_file = options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
+    state = counter_state.load_state(state_file) if needs & {"hardware", "rdma"} else None
+    now = time.time()
     if "hardware" in needs:
         nv = results.get("nvml")
         replays = {
@@ -212,13 +224,15 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             for g in (nv.gpus if isinstance(nv, NvmlSnapshot) else ())
             if isinstance(g.uuid, str) and isinstance(g.pcie_replays, int)
         }
-        state_file = (
-            options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
-        )
         results["hardware"] = _timed(
             "hardware",
             lambda: gather_hardware(
-                options.host_root, state_file, log_hours=options.config.xid.window_hours, replays=replays
+                options.host_root,
+                state_file,
+                log_hours=options.config.xid.window_hours,
+                replays=replays,
+                now=now,
+                state=state,
             ),
             options.gather_timeout_s,
             lambda u: HardwareSnapshot(
@@ -234,6 +248,22 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             timings,
             options.deadline,
         )
+    if "rdma" in needs:
+        results["rdma"] = _timed(
+            "rdma",
+            lambda: gather_rdma(options.host_root, state, gather_tuning_env(env_file), env_file, now),
+            options.gather_timeout_s,
+            lambda u: RdmaSnapshot(
+                root=options.host_root,
+                devices=u,
+                state=counter_state.CounterState(path=state_file, read_error=u, write_error=u),
+                taken_at=now,
+            ),
+            timings,
+            options.deadline,
+        )
+    if state is not None:
+        _save_counters(state, results, now)
     for t in threads:
         t.join()  # each is bounded by its own _timed timeout
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
@@ -250,8 +280,27 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         workload=results.get("workload"),
         datapath=results.get("datapath"),
         hardware=results.get("hardware"),
+        rdma=results.get("rdma"),
         timings=timings,
     )
+
+
+def _save_counters(state: counter_state.CounterState, results: dict[str, Any], now: float) -> None:
+    """Keep the counters every gatherer read in one write (the namespaces this run did not read keep their last
+    values), and hand each snapshot the state with the write's outcome. A gatherer that did not finish has its
+    own error state and is left as it is."""
+    current: dict[str, dict[str, int]] = {}
+    done = {}
+    for name, counters_of in (("hardware", hardware_counters), ("rdma", rdma_counters)):
+        snap = results.get(name)
+        if snap is not None and snap.state is state:
+            current.update(counters_of(snap))
+            done[name] = snap
+    if not done:
+        return
+    saved = counter_state.save_state(state, current, now)
+    for name, snap in done.items():
+        results[name] = dataclasses.replace(snap, state=saved)
 
 
 def gather_tuning_env(env_file: str) -> dict[str, str]:

@@ -13,6 +13,15 @@ from typing import Any, Callable, Union
 from hostcheck import infile
 from hostcheck.child.launch import Launch
 
+#: Where a node's / is for every sysfs and procfs read (``Options.host_root``, ``--host-root``): a fixture tree in
+#: tests and scenarios.
+HOST_ROOT = "/"
+
+
+def under(root: str, path: str) -> str:
+    """``path`` (relative to a node's /) under ``root``."""
+    return os.path.join(root, path.lstrip("/"))
+
 
 @dataclass(frozen=True)
 class Unavailable:

@@ -12,9 +12,20 @@ import re
 import shutil
 from dataclasses import dataclass
 
-from hostcheck.gather.base import NOT_FOUND, NOT_INSTALLED, CmdResult, Runner, Unavailable, read_text, run_cmd
+from hostcheck.gather.base import (
+    HOST_ROOT,
+    NOT_FOUND,
+    NOT_INSTALLED,
+    CmdResult,
+    Runner,
+    Unavailable,
+    read_text,
+    run_cmd,
+    under,
+)
 
-PCI_ROOT = "/sys/bus/pci/devices"
+#: The PCI devices under the one host root (``Options.host_root``).
+PCI_DEVICES = "sys/bus/pci/devices"
 NVIDIA_VENDOR = "0x10de"
 #: PCI class "bridge, other": how NVSwitches present themselves (GPUs are 0x0302 / 0x0300).
 NVSWITCH_CLASS_PREFIX = "0x0680"
@@ -36,7 +47,7 @@ class FabricState:
 NO_FABRIC = FabricState()
 
 
-def find_nvswitches(pci_root: str = PCI_ROOT) -> tuple[str, ...] | Unavailable:
+def find_nvswitches(pci_root: str) -> tuple[str, ...] | Unavailable:
     try:
         entries = sorted(os.listdir(pci_root))
     except OSError as exc:
@@ -63,8 +74,11 @@ def parse_fm_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def gather_fabric(runner: Runner = run_cmd, pci_root: str = PCI_ROOT) -> FabricState:
-    switches = find_nvswitches(pci_root)
+def gather_fabric(
+    runner: Runner = run_cmd, pci_root: str | None = None, root: str = HOST_ROOT
+) -> FabricState:
+    """``pci_root``: the PCI device folder itself (tests); else ``<root>/sys/bus/pci/devices``."""
+    switches = find_nvswitches(pci_root or under(root, PCI_DEVICES))
     has_switch = isinstance(switches, tuple) and bool(switches)
     installed = shutil.which(FM_BINARY) is not None if runner is run_cmd else True
     if not has_switch and not installed:

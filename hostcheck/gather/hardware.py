@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hostcheck.gather.base import (
+    HOST_ROOT,
     NO_PERMISSION,
     NOT_FOUND,
     NOT_INSTALLED,
@@ -28,12 +29,11 @@ from hostcheck.gather.base import (
     Unavailable,
     read_text,
     run_cmd,
+    under,
 )
 from hostcheck.gather.state import DEFAULT_STATE_FILE, CounterState, load_state, save_state
 from hostcheck.gather.system import read_kernel_log
 
-#: Where a node's /sys and /proc are; a fixture tree in tests.
-HOST_ROOT = "/"
 EDAC_MC = "sys/devices/system/edac/mc"
 PCI_DEVICES = "sys/bus/pci/devices"
 NVIDIA_VENDOR = "0x10de"
@@ -92,11 +92,6 @@ class HardwareSnapshot:
     taken_at: float = 0.0
 
 
-def under(root: str, path: str) -> str:
-    """``path`` (relative to a node's /) under ``root``."""
-    return os.path.join(root, path.lstrip("/"))
-
-
 def _int(text: Any) -> int | None:
     if not isinstance(text, str):
         return None
@@ -147,7 +142,7 @@ def parse_aer(text: str, which: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _pci_kind(dev_dir: str) -> str | None:
+def pci_kind(dev_dir: str) -> str | None:
     cls = read_text(os.path.join(dev_dir, "class"), 64)
     vendor = read_text(os.path.join(dev_dir, "vendor"), 64)
     if not isinstance(cls, str):
@@ -168,7 +163,7 @@ def read_aer(root: str) -> tuple[PciAer, ...] | Unavailable:
     out = []
     for dev in names[:4096]:
         d = os.path.join(base, dev)
-        kind = _pci_kind(d)
+        kind = pci_kind(d)
         if kind is None:
             continue
         totals: dict[str, int] = {}
@@ -336,8 +331,11 @@ def gather_hardware(
     log_hours: float = 2.0,
     replays: dict[str, int] | None = None,
     now: float | None = None,
+    state: CounterState | None = None,
 ) -> HardwareSnapshot:
-    """Read everything, compare nothing (the checks do), and keep this run's counters for the next."""
+    """Read everything, compare nothing (the checks do). ``state``: the last run's counters, loaded once by
+    hostcheck.gather.gather, which saves this run's once with every other namespace; without it (a caller of its
+    own) the state file is loaded here and this run's counters kept."""
     taken_at = time.time() if now is None else now
     log, source = read_kernel_log(runner, log_hours)
     mce, hung = parse_kernel_log(log) if isinstance(log, str) else (log, log)
@@ -351,8 +349,9 @@ def gather_hardware(
         log_source=source,
         ras_mce=read_ras(runner),
         replays=dict(replays or {}),
-        state=load_state(state_file),
+        state=state if state is not None else load_state(state_file),
         taken_at=taken_at,
     )
-    state = save_state(snap.state, counters_of(snap), taken_at)
-    return dataclasses.replace(snap, state=state)
+    if state is not None:
+        return snap
+    return dataclasses.replace(snap, state=save_state(snap.state, counters_of(snap), taken_at))

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 from hostcheck.config import default_xid_policy
 from hostcheck.gather.base import (
+    HOST_ROOT,
     NO_PERMISSION,
     NOT_FOUND,
     CmdResult,
@@ -183,7 +184,10 @@ def _container() -> str | None:
 
 
 def gather_system(
-    runner: Runner = run_cmd, read_kernel_log: bool = True, xid_window_hours: float = XID_WINDOW_HOURS
+    runner: Runner = run_cmd,
+    read_kernel_log: bool = True,
+    xid_window_hours: float = XID_WINDOW_HOURS,
+    root: str = HOST_ROOT,
 ) -> SystemSnapshot:
     """The system facts; XID events from the last ``xid_window_hours`` (the configuration's XID policy)."""
     osr_text = read_text("/etc/os-release")
@@ -235,5 +239,5 @@ def gather_system(
         mem_total_bytes=mem,
         xid_events=xids,
         xid_source=source,
-        fabric=gather_fabric(runner),
+        fabric=gather_fabric(runner, root=root),
     )

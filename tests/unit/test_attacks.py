@@ -986,6 +986,37 @@ def _host_root_hostile(c: Ctx) -> Run:
     return Run(argv, JUDGED, check=check)
 
 
+def _rdma_hostile(c: Ctx) -> Run:
+    """An RDMA tree whose counter is a FIFO, whose rate is garbage, whose links loop and whose files are huge:
+    read without blocking or following a loop, nothing unreadable judged, never an internal error."""
+    host = c.root / "host"
+    port = host / "sys/class/infiniband/mlx5_0/ports/1"
+    (port / "counters").mkdir(parents=True)
+    os.mkfifo(port / "counters/symbol_error")
+    _sparse(str(port / "counters/link_downed"), 4 << 30, b"1")
+    (port / "rate").write_bytes(b"\xff\x00 fast " * 1000)
+    os.mkfifo(port / "state")
+    (port / "phys_state").write_text("5: LinkUp\n")
+    os.symlink("hw_counters", port / "hw_counters")  # a link to itself
+    dev = host / "sys/class/infiniband/mlx5_0"
+    os.symlink("device", dev / "device")
+    _sparse(str(dev / "fw_ver"), 4 << 30)
+    pci = host / "sys/bus/pci/devices"
+    pci.mkdir(parents=True)
+    os.symlink("0000:18:00.0", pci / "0000:18:00.0")  # a loop where a GPU's link should be
+    (host / "sys/class/net").mkdir(parents=True)
+    os.symlink("eth0", host / "sys/class/net/eth0")
+    c.env_file.write_text("NCCL_IB_HCA=" + "^=" * 5000 + ",:" * 5000 + "\nNCCL_SOCKET_IFNAME=eth\n")
+
+    def check(o: Outcome) -> None:
+        statuses = {cid: r["status"] for cid, r in o.checks().items()}
+        assert "error" not in statuses.values(), statuses
+        assert statuses["fabric.E001"] == statuses["fabric.E002"] == "skip", o.checks()["fabric.E001"]
+
+    argv = c.base("--host-root", str(host), only="fabric", json_out=True)
+    return Run(argv, JUDGED, check=check)
+
+
 def _only_ids(*ids: str) -> Callable[[Outcome], None]:
     def check(o: Outcome) -> None:
         assert sorted(o.checks()) == sorted(ids), sorted(o.checks())
@@ -1418,6 +1449,7 @@ ATTACKS = [
     A("state-folder-is-a-file", _state_folder_is_a_file),
     A("state-folder-unwritable-as-nobody", _state_unwritable_as_nobody, user="nobody"),
     A("host-root-counters-fifo-huge-garbage", _host_root_hostile),
+    A("host-root-rdma-fifo-loop-huge-garbage-rate", _rdma_hostile),
 ]
 
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from hostcheck import infile
 from hostcheck.check.render import clean_text
 from hostcheck.registry import Status
-from hostcheck.report import GpuRecord, Report
+from hostcheck.report import GpuRecord, PortRecord, Report
 
 #: hostcheck_check_status value per status
 STATUS_CODE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3, Status.SKIP: -1}
@@ -32,6 +32,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "GFLOP/s": ("flops_per_second", 1e9),
     "GB/s": ("bytes_per_second", 1e9),
     "MB/s": ("bytes_per_second", 1e6),
+    "Gb/s": ("bits_per_second", 1e9),
     "GiB/s": ("bytes_per_second", 2**30),
     "B": ("bytes", 1),
     "bytes": ("bytes", 1),
@@ -59,6 +60,7 @@ UNITS: dict[str, tuple[str, float]] = {
 UNIT_WORDS = {
     "flops_per_second": "floating-point operations per second",
     "bytes_per_second": "bytes per second",
+    "bits_per_second": "bits per second (a link's rate)",
     "bytes": "bytes",
     "seconds": "seconds",
     "ratio": "a ratio (1 is 100%, or a speedup of 1x)",
@@ -152,6 +154,11 @@ HELP = {
     "below 1 - gpu_peer_tolerance fails).",
     "hostcheck_gpu_matmul_flops_per_second": "Workload matmul throughput, by dtype.",
     "hostcheck_gpu_copy_bytes_per_second": "Workload copy bandwidth: host<->device pinned/pageable, device copy.",
+    "hostcheck_rdma_port_info": "An RDMA port (/sys/class/infiniband), its link layer and state; gpu/UUID: the GPU "
+    "under its NIC's PCIe switch.",
+    "hostcheck_rdma_port_up": "1 when the RDMA port is ACTIVE and its physical state LinkUp.",
+    "hostcheck_rdma_port_rate_bits_per_second": "The RDMA port's rate as the kernel reports it.",
+    "hostcheck_rdma_port_error_counter": "An RDMA port error counter (GCM's twelve) since it was last cleared.",
 }
 
 
@@ -213,7 +220,27 @@ def render_prometheus(report: Report, last_success: float | None = None) -> str:
             out.add("hostcheck_gpu_matmul_flops_per_second", {**_gpu_labels(g, host), "dtype": dtype}, value)
         for kind, value in g.copy_bytes_per_second.items():
             out.add("hostcheck_gpu_copy_bytes_per_second", {**_gpu_labels(g, host), "copy": kind}, value)
+    for p in report.ports:
+        labels = _port_labels(p, host)
+        out.add("hostcheck_rdma_port_info", {**labels, "link_layer": p.link_layer, "state": p.state}, 1)
+        out.add("hostcheck_rdma_port_up", labels, int(p.state == "ACTIVE" and p.phys_state == "LinkUp"))
+        if p.rate_bits_per_second is not None:
+            out.add("hostcheck_rdma_port_rate_bits_per_second", labels, p.rate_bits_per_second)
+        for name, value in p.counters.items():
+            out.add("hostcheck_rdma_port_error_counter", {**labels, "counter": name}, value)
     return out.render()
+
+
+def _port_labels(p: PortRecord, host: str) -> dict[str, object]:
+    """node_exporter's infiniband collector's labels (device, port), and dcgm-exporter's gpu and UUID of the GPU
+    under the same PCIe switch, so a port's series join with that GPU's."""
+    labels: dict[str, object] = {"device": p.device, "port": str(p.port)}
+    if p.gpu is not None:
+        labels["gpu"] = str(p.gpu)
+        labels["UUID"] = p.uuid or ""
+    if host:
+        labels["hostname"] = host
+    return labels
 
 
 def check_value_metric(unit: str | None) -> tuple[str, float]:

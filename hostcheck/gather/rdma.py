@@ -1,0 +1,442 @@
+"""The RDMA fabric from sysfs: InfiniBand/RoCE ports, the PCI paths between GPUs and NICs, ACS on the bridges
+between them, the GPUDirect RDMA kernel path and the NCCL variables of the training environment.
+
+Read-only, under the one host root (``Options.host_root``), every file through the one bounded reader; the
+``parse_*`` functions are pure. Nothing is written but the counters (through :mod:`hostcheck.gather.state`, by
+the caller, once per run).
+
+Sources: the port files (``state``, ``phys_state``, ``rate``, ``link_layer``, ``counters/``, ``hw_counters/``) and
+the device files (``fw_ver``, ``board_id``, ``device``), the kernel's Documentation/ABI/stable/sysfs-class-infiniband;
+``numa_node`` and the ``/sys/bus/pci/devices/<address>`` links into the bridge hierarchy,
+Documentation/ABI/testing/sysfs-bus-pci; ACS (PCI Express extended capability 0x000D, its control register at +6),
+the PCI Express Base Specification as pciutils' ``lspci -vvv`` decodes it (``ACSCtl: SrcValid+ ...``, ls-ecaps.c).
+A non-root reader gets the first 64 bytes of a device's ``config`` only (drivers/pci/pci-sysfs.c), so ACS is then
+"not readable", never "off".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+
+from hostcheck import infile
+from hostcheck.gather.base import HOST_ROOT, NO_PERMISSION, NOT_FOUND, Unavailable, read_text, under
+from hostcheck.gather.hardware import PCI_DEVICES, pci_kind
+from hostcheck.gather.state import CounterState
+
+IB_CLASS = "sys/class/infiniband"
+NET_CLASS = "sys/class/net"
+#: Devices, ports and counters read at most: a node has tens, a hostile tree could have millions.
+MAX_DEVICES, MAX_PORTS, MAX_COUNTERS = 64, 16, 256
+BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+#: The modules that give the NICs GPU memory (the peer-memory path): nvidia-peermem since R470, nv_peer_mem before.
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+#: ACS control bits that send peer-to-peer traffic up to the root complex (lspci: SrcValid ReqRedir CmpltRedir
+#: UpstreamFwd).
+ACS_P2P_BITS = {0x01: "SrcValid", 0x04: "ReqRedir", 0x08: "CmpltRedir", 0x10: "UpstreamFwd"}
+ACS_CAP_ID = 0x000D
+#: Meta GCM's twelve IB port error counters (gcm/health_checks/checks/check_ib_counters.py, ERROR_COUNTERS): what
+#: fabric.E003/E004 judge and the port records carry.
+ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+)
+LINK_DOWNED = "link_downed"
+
+
+@dataclass(frozen=True)
+class RdmaPort:
+    """One port of an RDMA device, as the kernel shows it; also what a baseline records of a NIC."""
+
+    device: str  # mlx5_0
+    port: int
+    state: str = ""  # ACTIVE (from "4: ACTIVE")
+    phys_state: str = ""  # LinkUp (from "5: LinkUp")
+    rate_gbps: float | None = None  # 400.0 (from "400 Gb/sec (4X NDR)"); None: unreadable
+    rate_text: str = ""
+    link_layer: str = ""  # InfiniBand / Ethernet
+    counters: dict[str, int] = field(default_factory=dict)
+    hw_counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.device} port {self.port}"
+
+
+@dataclass(frozen=True)
+class RdmaDevice:
+    name: str
+    pci: str | None = None  # 0000:1a:00.0
+    numa_node: int | None = None
+    fw_ver: str = ""
+    board_id: str = ""
+    netdevs: tuple[str, ...] = ()
+    ports: tuple[RdmaPort, ...] = ()
+
+
+@dataclass(frozen=True)
+class PciPath:
+    """A GPU or NIC and the bridges above it, from its root complex (``pci0000:15``) down."""
+
+    address: str
+    kind: str  # "GPU" or "NIC"
+    root: str = ""
+    bridges: tuple[str, ...] = ()
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class Acs:
+    bridge: str
+    #: Control bits that redirect peer traffic that are set (names), () when off; None: not readable.
+    enabled: tuple[str, ...] | None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class GpuDirect:
+    #: The peer-memory module loaded (its name), or "".
+    peermem: str = ""
+    #: True: NVIDIA's open kernel modules (DMA-BUF can serve); False: the proprietary ones; None: no driver read.
+    open_modules: bool | None = None
+
+
+@dataclass(frozen=True)
+class RdmaSnapshot:
+    root: str = HOST_ROOT
+    #: The RDMA devices, or why /sys/class/infiniband could not be listed (NOT_FOUND: none on this node).
+    devices: tuple[RdmaDevice, ...] | Unavailable = ()
+    #: PCI paths of the GPUs and of the RDMA devices' PCI functions (a device without a readable path is left out).
+    gpus: tuple[PciPath, ...] = ()
+    nics: tuple[PciPath, ...] = ()
+    #: ACS of every bridge on a GPU's or NIC's path.
+    acs: dict[str, Acs] = field(default_factory=dict)
+    gpudirect: GpuDirect = field(default_factory=GpuDirect)
+    #: Network interfaces and their operstate (up, down, unknown...).
+    netifs: dict[str, str] | Unavailable = field(default_factory=dict)
+    #: The NCCL_* variables of the training environment file, and that file.
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    env_file: str = ""
+    state: CounterState = field(default_factory=CounterState)
+    taken_at: float = 0.0
+
+
+# --- pure parsing ---------------------------------------------------------------------------------------
+
+
+def parse_enum(text: str) -> str:
+    """``4: ACTIVE`` -> ``ACTIVE``; ``5: LinkUp`` -> ``LinkUp`` (the kernel prints "<number>: <name>")."""
+    t = text.strip()
+    m = re.fullmatch(r"\d{1,3}:\s*([A-Za-z_ ]{1,40})", t)
+    return m.group(1).strip() if m else t[:40]
+
+
+def parse_rate(text: str) -> float | None:
+    """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5; garbage -> None."""
+    m = re.match(r"\s*(\d{1,5}(?:\.\d{1,3})?) Gb/sec\b", text)
+    return float(m.group(1)) if m else None
+
+
+def parse_counter(text: str) -> int | None:
+    t = text.strip()
+    return int(t) if t.isdigit() and len(t) < 20 else None
+
+
+def parse_numa(text: str) -> int | None:
+    t = text.strip()
+    return int(t) if t.isdigit() and len(t) < 5 else None  # -1: no NUMA affinity
+
+
+def parse_pci_link(target: str, address: str) -> tuple[str, tuple[str, ...]] | None:
+    """The root complex and bridges above ``address`` from its /sys/bus/pci/devices link's target
+    (``../../../devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:18:00.0``), or None when it is not such a path."""
+    parts = [p for p in target.split("/") if p not in ("", ".", "..")]
+    roots = [i for i, p in enumerate(parts) if ROOT_RE.fullmatch(p)]
+    if not roots or not parts or parts[-1] != address:
+        return None
+    chain = parts[roots[0] + 1 : -1]
+    if not all(BDF_RE.fullmatch(p) for p in chain):
+        return None
+    return parts[roots[0]], tuple(chain)
+
+
+def parse_acs(config: bytes) -> tuple[str, ...] | None:
+    """The redirecting ACS control bits set in a PCI device's config space (names; () when the device has no
+    ACS capability or it is off), or None when the extended space (past 256 bytes) is not in ``config``."""
+    if len(config) < 0x104:
+        return None
+    offset, seen = 0x100, set()
+    while 0x100 <= offset <= len(config) - 8 and offset not in seen:
+        seen.add(offset)
+        (header,) = struct.unpack_from("<I", config, offset)
+        if header in (0, 0xFFFFFFFF):
+            return ()
+        if header & 0xFFFF == ACS_CAP_ID:
+            (ctl,) = struct.unpack_from("<H", config, offset + 6)
+            return tuple(name for bit, name in ACS_P2P_BITS.items() if ctl & bit)
+        offset = (header >> 20) & 0xFFC
+    return ()
+
+
+def nccl_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
+    """NCCL_IB_HCA / NCCL_SOCKET_IFNAME: (exclude, exact, [(name, port or None)]): a leading ``^`` excludes, then
+    a ``=`` asks for exact names instead of prefixes; entries are comma-separated, ``name[:port]`` (NCCL's
+    environment variable documentation)."""
+    v = value.strip()
+    exclude = v.startswith("^")
+    v = v[1:] if exclude else v
+    exact = v.startswith("=")
+    v = v[1:] if exact else v
+    out: list[tuple[str, int | None]] = []
+    for item in v.split(",")[:64]:
+        name, _, port = item.strip().partition(":")
+        if name:
+            out.append((name[:64], int(port) if port.isdigit() and len(port) < 4 else None))
+    return exclude, exact, out
+
+
+# --- reading --------------------------------------------------------------------------------------------
+
+
+def _listdir(path: str) -> list[str] | Unavailable:
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return Unavailable(NOT_FOUND, f"{path} does not exist")
+    except PermissionError:
+        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
+    except OSError as exc:  # a loop, a file where a folder should be
+        return Unavailable(NOT_FOUND, f"{path}: {exc.strerror or exc}")
+
+
+def _text(path: str, limit: int = 256) -> str:
+    t = read_text(path, limit)
+    return t.strip() if isinstance(t, str) else ""
+
+
+def _link_name(path: str) -> str | None:
+    try:
+        return os.path.basename(os.readlink(path))
+    except OSError:
+        return None
+
+
+def _counters(folder: str) -> dict[str, int]:
+    names = _listdir(folder)
+    out: dict[str, int] = {}
+    for n in names[:MAX_COUNTERS] if isinstance(names, list) else ():
+        if re.fullmatch(r"[A-Za-z0-9_]{1,64}", n):
+            t = read_text(os.path.join(folder, n), 64)
+            v = parse_counter(t) if isinstance(t, str) else None
+            if v is not None:
+                out[n] = v
+    return out
+
+
+def read_port(dev_dir: str, device: str, port: str) -> RdmaPort:
+    d = os.path.join(dev_dir, "ports", port)
+    rate = _text(os.path.join(d, "rate"))
+    return RdmaPort(
+        device=device,
+        port=int(port),
+        state=parse_enum(_text(os.path.join(d, "state"))),
+        phys_state=parse_enum(_text(os.path.join(d, "phys_state"))),
+        rate_gbps=parse_rate(rate),
+        rate_text=rate[:40],
+        link_layer=_text(os.path.join(d, "link_layer"))[:20],
+        counters=_counters(os.path.join(d, "counters")),
+        hw_counters=_counters(os.path.join(d, "hw_counters")),
+    )
+
+
+def read_devices(root: str) -> tuple[RdmaDevice, ...] | Unavailable:
+    base = under(root, IB_CLASS)
+    names = _listdir(base)
+    if isinstance(names, Unavailable):
+        return names
+    out = []
+    for name in names[:MAX_DEVICES]:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            continue
+        d = os.path.join(base, name)
+        pci = _link_name(os.path.join(d, "device"))
+        ports = _listdir(os.path.join(d, "ports"))
+        nets = _listdir(os.path.join(d, "device", "net"))
+        out.append(
+            RdmaDevice(
+                name=name,
+                pci=pci if pci and BDF_RE.fullmatch(pci) else None,
+                numa_node=parse_numa(_text(os.path.join(d, "device", "numa_node"))),
+                fw_ver=_text(os.path.join(d, "fw_ver"))[:64],
+                board_id=_text(os.path.join(d, "board_id"))[:64],
+                netdevs=tuple(n[:32] for n in nets[:16]) if isinstance(nets, list) else (),
+                ports=tuple(
+                    read_port(d, name, p)
+                    for p in (ports if isinstance(ports, list) else [])[:MAX_PORTS]
+                    if p.isdigit()
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def read_path(root: str, address: str, kind: str) -> PciPath | None:
+    link = os.path.join(under(root, PCI_DEVICES), address)
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    parsed = parse_pci_link(target, address)
+    if parsed is None:
+        return None
+    return PciPath(address, kind, parsed[0], parsed[1], parse_numa(_text(os.path.join(link, "numa_node"))))
+
+
+def read_gpu_paths(root: str) -> tuple[PciPath, ...]:
+    base = under(root, PCI_DEVICES)
+    names = _listdir(base)
+    out = []
+    for dev in (names if isinstance(names, list) else [])[:4096]:
+        if BDF_RE.fullmatch(dev) and pci_kind(os.path.join(base, dev)) == "GPU":
+            path = read_path(root, dev, "GPU")
+            if path is not None:
+                out.append(path)
+    return tuple(out)
+
+
+def read_acs(root: str, bridge: str) -> Acs:
+    path = os.path.join(under(root, PCI_DEVICES), bridge, "config")
+    try:
+        data = infile.read_bytes(path, 4096, truncate=True)
+    except infile.ReadError as exc:
+        return Acs(bridge, None, f"config space not readable: {exc}")
+    bits = parse_acs(data)
+    if bits is None:
+        return Acs(bridge, None, f"only {len(data)} bytes of config space readable (ACS needs root)")
+    return Acs(bridge, bits)
+
+
+def read_gpudirect(root: str) -> GpuDirect:
+    loaded = next((m for m in PEERMEM_MODULES if os.path.isdir(under(root, f"sys/module/{m}"))), "")
+    version = read_text(under(root, "proc/driver/nvidia/version"), 4096)
+    # The open modules' banner: "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05 ...".
+    open_modules = ("Open Kernel Module" in version) if isinstance(version, str) else None
+    return GpuDirect(peermem=loaded, open_modules=open_modules)
+
+
+def read_netifs(root: str) -> dict[str, str] | Unavailable:
+    base = under(root, NET_CLASS)
+    names = _listdir(base)
+    if isinstance(names, Unavailable):
+        return names
+    return {n[:32]: _text(os.path.join(base, n, "operstate"), 32) or "unknown" for n in names[:256]}
+
+
+def counters_of(snap: RdmaSnapshot) -> dict[str, dict[str, int]]:
+    """This run's port counters, as the state file keeps them (namespace ``rdma``: ``<device>:<port>.<name>``)."""
+    if not isinstance(snap.devices, tuple):
+        return {}
+    return {
+        "rdma": {
+            f"{p.device}:{p.port}.{k}": v
+            for d in snap.devices
+            for p in d.ports
+            for k, v in p.counters.items()
+        }
+    }
+
+
+def gather_rdma(
+    root: str = HOST_ROOT,
+    state: CounterState | None = None,
+    env: dict[str, str] | None = None,
+    env_file: str = "",
+    now: float = 0.0,
+) -> RdmaSnapshot:
+    """Read everything, judge nothing. ``state``: the counters of the last run, loaded once by the caller (who also
+    saves this run's, :func:`counters_of`, once with every other namespace)."""
+    devices = read_devices(root)
+    nics = []
+    for d in devices if isinstance(devices, tuple) else ():
+        path = read_path(root, d.pci, "NIC") if d.pci else None
+        if path is not None:
+            nics.append(path)
+    gpus = read_gpu_paths(root) if isinstance(devices, tuple) and devices else ()
+    bridges = sorted({b for p in (*gpus, *nics) for b in p.bridges})
+    return RdmaSnapshot(
+        root=root,
+        devices=devices,
+        gpus=gpus,
+        nics=tuple(nics),
+        acs={b: read_acs(root, b) for b in bridges[:256]},
+        gpudirect=read_gpudirect(root),
+        netifs=read_netifs(root),
+        nccl_env={k: v for k, v in (env or {}).items() if k.startswith("NCCL_")},
+        env_file=env_file,
+        state=state or CounterState(),
+        taken_at=now,
+    )
+
+
+# --- GPU-NIC placement (pure: the checks and the Prometheus series both use it) ---------------------------
+
+SWITCH, NUMA, APART = "switch", "numa", "apart"
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """A GPU's nearest RDMA NIC: under the same PCIe switch (a bridge in common), else on the same NUMA node."""
+
+    gpu: str  # PCI address
+    nic: str | None  # RDMA device name (mlx5_0), None when there is no NIC at all
+    level: str  # SWITCH, NUMA or APART
+    #: The bridges between the two (for ACS): below the deepest common bridge, and that bridge itself.
+    bridges: tuple[str, ...] = ()
+
+
+def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def pair_gpus(snap: RdmaSnapshot) -> tuple[Pairing, ...]:
+    names = {d.pci: d.name for d in snap.devices if d.pci} if isinstance(snap.devices, tuple) else {}
+    out = []
+    for g in snap.gpus:
+        best: tuple[int, int, str, str, tuple[str, ...]] | None = None
+        for n in snap.nics:
+            name = names.get(n.address)
+            if name is None:
+                continue
+            shared = _common(g.bridges, n.bridges) if g.root == n.root else 0
+            if shared:
+                level, rank = SWITCH, 2
+                between = (g.bridges[shared - 1], *g.bridges[shared:], *n.bridges[shared:])
+            else:
+                same = g.numa_node is not None and g.numa_node == n.numa_node
+                level, rank = (NUMA, 1) if same else (APART, 0)
+                between = (*g.bridges, *n.bridges)
+            key = (rank, shared, name, level, tuple(dict.fromkeys(between)))
+            # Nearest first; among equals the first device by name.
+            if best is None or (key[0], key[1]) > (best[0], best[1]):
+                best = key
+        if best is None:
+            out.append(Pairing(g.address, None, APART))
+        else:
+            out.append(Pairing(g.address, best[2], best[3], best[4]))
+    return tuple(out)
