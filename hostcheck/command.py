@@ -4,6 +4,7 @@
     hostcheck bench [OPTIONS]            measure what each CPU-side tuning buys on this node
     hostcheck fleet REPORT_DIR [...]     many nodes' ``--json`` reports -> fleet.md and fleet.html
     hostcheck job [OPTIONS] -- CMD ...   run a training command and say what holds its GPUs back
+    hostcheck baseline [OPTIONS]         record what this known-good node has as the config's [baseline]
 
 A subcommand is a module with ``SUMMARY`` (its line in the command list), ``DESCRIPTION`` and ``EPILOG`` (its
 ``--help``), ``add_arguments(parser)`` and ``run(args) -> int`` (its exit code). To add one, write such a module
@@ -45,6 +46,7 @@ from types import ModuleType
 from typing import Any, Callable, NoReturn
 
 from hostcheck import __version__, cli, fleet
+from hostcheck.baseline import cli as baseline_cli
 from hostcheck.bench import cli as bench_cli
 from hostcheck.child.launch import kill_all, reopen
 from hostcheck.job import cli as job_cli
@@ -52,7 +54,13 @@ from hostcheck.job import cli as job_cli
 PROG = "hostcheck"
 EXIT_OK, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 #: The subcommands by name, in the order of ``hostcheck --help``.
-SUBCOMMANDS: dict[str, ModuleType] = {"check": cli, "bench": bench_cli, "fleet": fleet, "job": job_cli}
+SUBCOMMANDS: dict[str, ModuleType] = {
+    "check": cli,
+    "bench": bench_cli,
+    "fleet": fleet,
+    "job": job_cli,
+    "baseline": baseline_cli,
+}
 #: The command run when none is named.
 DEFAULT = "check"
 #: The namespace attribute that holds the command's name (None at the top level until one is named).
@@ -161,7 +169,8 @@ def build_parser() -> Parser:
         "Docs: docs/hostcheck.md. "
         "`hostcheck bench --help`: measure what each CPU-side tuning buys (docs/bench.md). "
         "`hostcheck fleet --help`: one page from many nodes' reports (docs/fleet.md). "
-        "`hostcheck job --help`: what holds a training job's GPUs back (docs/job.md).",
+        "`hostcheck job --help`: what holds a training job's GPUs back (docs/job.md). "
+        "`hostcheck baseline --help`: record a known-good node for the baseline checks (docs/baseline.md).",
     )
     default.add_arguments(parser)
     # The top level's copies of check's options are in the namespace only when given (see _Namespace; parse

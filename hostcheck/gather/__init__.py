@@ -14,6 +14,7 @@ from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HOST_ROOT, HardwareSnapshot, gather_hardware
+from hostcheck.gather.inventory import NodeInventory, gather_inventory
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
 from hostcheck.gather.system import SystemSnapshot, gather_system
 from hostcheck.gather.torchinfo import TorchSnapshot, choose_python, gather_torch
@@ -27,7 +28,7 @@ from hostcheck.gather.tuning import (
 from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
 from hostcheck.registry import call_with_timeout
 
-GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware")
+GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware", "inventory")
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class Snapshot:
     datapath: DataPathSnapshot | None = None
     #: EDAC, machine checks, D-state tasks, PCIe AER and the counters of the last run (hostcheck.gather.hardware).
     hardware: HardwareSnapshot | None = None
+    #: What the node has, for the baseline checks (hostcheck.gather.inventory).
+    inventory: NodeInventory | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -234,6 +237,25 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             timings,
             options.deadline,
         )
+    if "inventory" in needs:
+        results["inventory"] = _timed(
+            "inventory",
+            lambda: gather_inventory(options.host_root, results.get("nvml")),
+            options.gather_timeout_s,
+            lambda u: NodeInventory(
+                root=options.host_root,
+                cpu=u,
+                memory_bytes=u,
+                numa_cpus=u,
+                nvme=u,
+                nics=u,
+                rdma=u,
+                links=u,
+                gpus=u,
+            ),
+            timings,
+            options.deadline,
+        )
     for t in threads:
         t.join()  # each is bounded by its own _timed timeout
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
@@ -250,6 +272,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         workload=results.get("workload"),
         datapath=results.get("datapath"),
         hardware=results.get("hardware"),
+        inventory=results.get("inventory"),
         timings=timings,
     )
 

@@ -147,7 +147,8 @@ def parse_aer(text: str, which: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _pci_kind(dev_dir: str) -> str | None:
+def pci_kind(dev_dir: str) -> str | None:
+    """A PCI device's kind: GPU (NVIDIA display or 3D controller), NIC (network or InfiniBand) or None."""
     cls = read_text(os.path.join(dev_dir, "class"), 64)
     vendor = read_text(os.path.join(dev_dir, "vendor"), 64)
     if not isinstance(cls, str):
@@ -168,7 +169,7 @@ def read_aer(root: str) -> tuple[PciAer, ...] | Unavailable:
     out = []
     for dev in names[:4096]:
         d = os.path.join(base, dev)
-        kind = _pci_kind(d)
+        kind = pci_kind(d)
         if kind is None:
             continue
         totals: dict[str, int] = {}
