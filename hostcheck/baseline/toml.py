@@ -111,11 +111,10 @@ def splice(text: str, section_text: str) -> str:
         if not inside:
             kept.append(line)
     if not placed:
-        if kept and not kept[-1].endswith("\n"):
-            kept.append("\n")
-        if kept and kept[-1].strip():
-            kept.append("\n")
-        kept.append(section_text)
+        head = "".join(kept)
+        # One blank line between the file's last line and the section; the file's own bytes stay as they are.
+        gap = "" if not head or head.endswith("\n\n") else ("\n" if head.endswith("\n") else "\n\n")
+        kept = [head, gap, section_text]
     elif not section_text.endswith("\n\n") and _next_is_header(kept, section_text):
         kept.insert(kept.index(section_text) + 1, "\n")
     result = "".join(kept)

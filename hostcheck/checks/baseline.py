@@ -282,7 +282,7 @@ def numa(s: Any) -> Outcome:
         return warned(
             f"{len(have)} NUMA node(s), the baseline has {len(want)}",
             hint="a firmware setting changed the NUMA layout (NPS on AMD, SNC on Intel), or a socket is "
-            "missing (baseline.E001); set it back in the BIOS or record the node type again",
+            "missing (baseline.E001); set it back in the BIOS, or record the node type again with 'hostcheck baseline'",
             details=tuple(details),
         )
     odd = [f"node{i}: CPUs {h}, the baseline has {w}" for i, (h, w) in enumerate(zip(have, want)) if h != w]
@@ -290,7 +290,7 @@ def numa(s: Any) -> Outcome:
         return warned(
             "; ".join(odd),
             hint="CPUs offline or a firmware setting changed (SMT, NPS/SNC): 'lscpu', the BIOS, "
-            "or record the node type again",
+            "or record the node type again with 'hostcheck baseline'",
             details=tuple(details),
         )
     return passed(f"{len(have)} NUMA node(s) with the baseline's CPUs", details=tuple(details))
