@@ -60,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.write is not None and args.json:
         raise ArgumentError(None, "--json prints the section: it cannot go with --write")
+    if args.write is None and sys.stdout is None:
+        raise ArgumentError(None, "standard output is closed: nowhere to print the section (see --write)")
     existing = _existing(args.write) if args.write is not None else None
     # Read only: NVML for the GPUs, the rest under --host-root (the same gatherer as the checks').
     snap = gather.gather(gather.Options(host_root=args.host_root), {"nvml", "inventory"})
