@@ -61,14 +61,17 @@ def _verdict(
     return passed(ok, details=tuple(details))
 
 
+def _any(*values: Any) -> bool | None:
+    """True when the baseline records any of these, else None (nothing to compare)."""
+    return True if any(v is not None for v in values) else None
+
+
 @check("baseline.E001", "CPU as in the baseline", weight=3, needs=("inventory",))
 def cpu(s: Any) -> Outcome:
-    got = _setup(s, "CPU", lambda b: (b.cpu_model, b.cpu_sockets, b.cpu_cores, b.cpu_threads))
+    got = _setup(s, "CPU", lambda b: _any(b.cpu_model, b.cpu_sockets, b.cpu_cores, b.cpu_threads))
     if isinstance(got, Outcome):
         return got
     inv, b, _ = got
-    if b.cpu_sockets is None and b.cpu_cores is None and b.cpu_threads is None and b.cpu_model is None:
-        return skipped("the baseline records no CPU")
     if isinstance(inv.cpu, Unavailable):
         return _unavailable("/proc/cpuinfo", inv.cpu)
     fails, warns = [], []
