@@ -1825,7 +1825,27 @@ def _baseline_host_hostile(c: Ctx) -> Run:
     return Run(["baseline", "--host-root", str(host), "--json"], (0,))
 
 
+def _baseline_signalled(sig: int) -> Callable[[Ctx], Run]:
+    """``sig`` while baseline waits on a hung nvidia-smi (no nvidia-ml-py under ``-S``: the fallback runs it), which
+    leaves a grandchild in a session of its own: exit 128 + N, every child gone."""
+
+    def build(c: Ctx) -> Run:
+        smi = c.script("bin/nvidia-smi", HANGING_PYTHON)
+        env: dict[str, str | None] = {
+            "PATH": f"{os.path.dirname(smi)}{os.pathsep}{os.environ.get('PATH', '')}"
+        }
+        needle = "" if sig == signal.SIGKILL else f"interrupted by {signal.Signals(sig).name}"
+        argv = ["baseline", "--host-root", _host(c)]
+        return Run(argv, (SIGNAL_EXITS[sig],), env=env, signal=sig, needle=needle, pyflags=("-S",))
+
+    return build
+
+
 BASELINE_ATTACKS = [
+    A("signal-sigint-mid-baseline", _baseline_signalled(signal.SIGINT)),
+    A("signal-sigterm-mid-baseline", _baseline_signalled(signal.SIGTERM)),
+    A("signal-sighup-mid-baseline", _baseline_signalled(signal.SIGHUP)),
+    A("signal-sigkill-mid-baseline", _baseline_signalled(signal.SIGKILL)),
     A("baseline-write-fifo", _baseline_write(lambda c: _mkfifo(c, "h.toml"), "a FIFO")),
     A("baseline-write-symlink", _baseline_write(lambda c: _symlink(c, "h.toml", c.p("x")), "symbolic link")),
     A(
