@@ -71,7 +71,7 @@ def cpu(s: Any) -> Outcome:
     got = _setup(s, "CPU", lambda b: _any(b.cpu_model, b.cpu_sockets, b.cpu_cores, b.cpu_threads))
     if isinstance(got, Outcome):
         return got
-    inv, b, _ = got
+    inv, b, _part = got
     if isinstance(inv.cpu, Unavailable):
         return _unavailable("/proc/cpuinfo", inv.cpu)
     fails, warns = [], []
@@ -170,7 +170,7 @@ def ports(s: Any) -> Outcome:
     got = _setup(s, "network or RDMA ports", lambda b: (b.nics or ()) + (b.rdma or ()))
     if isinstance(got, Outcome):
         return got
-    inv, b, _ = got
+    inv, b, _part = got
     fails, warns, details = [], [], []
     for kind, unit, have, want in (
         ("port", "Mb/s", inv.nics, b.nics),

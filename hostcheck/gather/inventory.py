@@ -172,7 +172,7 @@ def read_numa(root: str) -> tuple[str, ...] | Unavailable:
         return names
     nodes = sorted((int(n[4:]), n) for n in names if re.fullmatch(r"node\d{1,4}", n))
     out = []
-    for _, n in nodes:
+    for _number, n in nodes:
         cpus = _text(os.path.join(base, n, "cpulist"), 4096)
         if cpus is None or not re.fullmatch(r"[0-9,\-]*", cpus):
             return Unavailable(NOT_FOUND, f"{n}/cpulist unreadable")
