@@ -232,8 +232,8 @@ def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
 
 
 def read_rdma(root: str) -> tuple[Port, ...] | Unavailable:
-    """Every RDMA port (``<device>:<port>``) and its rate in Gb/s, as NHC's check_hw_ib reads them. (The fabric
-    gatherer reads more of each port; this small reader can move there.)"""
+    """Every RDMA port (``<device>:<port>``) and its rate in Gb/s (None unless ACTIVE), as NHC's check_hw_ib reads
+    them. (The fabric gatherer reads more of each port; this small reader can move there.)"""
     base = under(root, "sys/class/infiniband")
     devices = _listdir(base)
     if isinstance(devices, Unavailable):
@@ -243,8 +243,12 @@ def read_rdma(root: str) -> tuple[Port, ...] | Unavailable:
         ports = _listdir(os.path.join(base, dev, "ports"))
         for port in ports if isinstance(ports, list) else []:
             if port.isdigit():
-                rate = _text(os.path.join(base, dev, "ports", port, "rate"))
-                out.append(Port(f"{dev}:{port}", parse_ib_rate(rate) if rate else None))
+                d = os.path.join(base, dev, "ports", port)
+                rate = _text(os.path.join(d, "rate"))
+                # A port that is not ACTIVE ("1: DOWN", "2: INIT") carries no traffic whatever its rate says.
+                state = _text(os.path.join(d, "state"))
+                up = state is None or state.endswith("ACTIVE")
+                out.append(Port(f"{dev}:{port}", parse_ib_rate(rate) if rate and up else None))
     return tuple(out)
 
 

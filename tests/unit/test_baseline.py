@@ -159,6 +159,12 @@ FAULTS = {
         "baseline.E004",
         Status.FAIL,
     ),
+    "rdma-port-down": (
+        lambda t: put(t, "sys/class/infiniband/mlx5_0/ports/1/state", "1: DOWN\n"),
+        {},
+        "baseline.E004",
+        Status.FAIL,
+    ),
     "ethernet-port-at-25g": (
         lambda t: put(t, "sys/class/net/eth0/speed", "25000\n"),
         {},
