@@ -4,6 +4,7 @@
     hostcheck bench [OPTIONS]            measure what each CPU-side tuning buys on this node
     hostcheck fleet REPORT_DIR [...]     many nodes' ``--json`` reports -> fleet.md and fleet.html
     hostcheck job [OPTIONS] -- CMD ...   run a training command and say what holds its GPUs back
+    hostcheck baseline [OPTIONS]         record what this known-good node has as the config's [baseline]
 
 A subcommand is a package ``hostcheck/NAME/`` whose ``cli`` module has ``SUMMARY`` (its line in the command
 list), ``DESCRIPTION`` and ``EPILOG`` (its ``--help``), ``add_arguments(parser)`` and ``run(args) -> int`` (its exit
@@ -47,6 +48,7 @@ from types import ModuleType
 from typing import Any, Callable, NoReturn
 
 from hostcheck import __version__
+from hostcheck.baseline import cli as baseline_cli
 from hostcheck.bench import cli as bench_cli
 from hostcheck.check import cli as check_cli
 from hostcheck.child.launch import kill_all, reopen
@@ -61,6 +63,7 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "bench": bench_cli,
     "fleet": fleet_cli,
     "job": job_cli,
+    "baseline": baseline_cli,
 }
 #: The command run when none is named.
 DEFAULT = "check"
@@ -170,7 +173,8 @@ def build_parser() -> Parser:
         "Docs: docs/hostcheck.md. "
         "`hostcheck bench --help`: measure what each CPU-side tuning buys (docs/bench.md). "
         "`hostcheck fleet --help`: one page from many nodes' reports (docs/fleet.md). "
-        "`hostcheck job --help`: what holds a training job's GPUs back (docs/job.md).",
+        "`hostcheck job --help`: what holds a training job's GPUs back (docs/job.md). "
+        "`hostcheck baseline --help`: record a known-good node for the baseline checks (docs/baseline.md).",
     )
     default.add_arguments(parser)
     # The top level's copies of check's options are in the namespace only when given (see _Namespace; parse

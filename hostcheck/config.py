@@ -8,6 +8,9 @@ A bad file is a :class:`ConfigError` naming the file, the key and the reason (``
 it), never a traceback. This module imports nothing of hostcheck but its data files, the bounded reader and
 the names it validates against (profiles, fail levels): the gatherers and the checks read the frozen
 :class:`Config` from ``snapshot.options.config``.
+
+Why one module: every section is read by the same typed table reader, so every bad key is refused with the same
+kind of message before anything runs; a section split out would need that reader and its messages again.
 """
 
 from __future__ import annotations
@@ -118,6 +121,8 @@ class Thresholds:
     rdma_error_rise_fail: int = int(_THRESHOLD_DEFAULTS["rdma_error_rise_fail"])
     #: link_downed increments per port since the last run from which fabric.E004 fails (GCM's critical counter).
     rdma_link_downed_rise_fail: int = int(_THRESHOLD_DEFAULTS["rdma_link_downed_rise_fail"])
+    #: baseline.E002: memory this fraction away from the baseline's fails (Azure's 5%, LBNL NHC's fudge factor).
+    baseline_memory_tolerance: float = float(_THRESHOLD_DEFAULTS["baseline_memory_tolerance"])
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,50 @@ class FabricSettings:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """[baseline]: what a known-good node of this type has, as ``hostcheck baseline`` recorded it (docs/baseline.md).
+    A key left out is not compared. Devices are lists of small tables, keyed by their name or PCI address."""
+
+    recorded_on: str | None = None
+    recorded_at: str | None = None
+    cpu_model: str | None = None
+    cpu_sockets: int | None = None
+    cpu_cores: int | None = None
+    cpu_threads: int | None = None
+    memory_bytes: int | None = None
+    #: Each NUMA node's CPU list ("0-55,112-167"), by node number.
+    numa_cpus: tuple[str, ...] | None = None
+    #: (model, size in bytes) per NVMe controller.
+    nvme: tuple[tuple[str, int], ...] | None = None
+    #: (interface, speed in Mb/s) per physical network port; (device:port, rate in Gb/s) per RDMA port.
+    nics: tuple[tuple[str, float], ...] | None = None
+    rdma: tuple[tuple[str, float], ...] | None = None
+    #: (PCI address, name, VBIOS) per GPU.
+    gpus: tuple[tuple[str, str, str], ...] | None = None
+    #: (PCI address, kind, speed GT/s, width, max speed GT/s, max width) per GPU and NIC function.
+    pcie: tuple[tuple[str, str, float, int, float, int], ...] | None = None
+
+
+#: [baseline]'s device lists: key -> {field: (types, what)}, in the order of Baseline's tuples.
+BASELINE_LISTS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
+    "nvme": {"model": ((str,), "a string"), "size_bytes": ((int,), "an integer")},
+    "nics": {"name": ((str,), "a string"), "speed_mbps": ((int, float), "a number")},
+    "rdma": {"name": ((str,), "a string"), "rate_gbps": ((int, float), "a number")},
+    "gpus": {"address": ((str,), "a string"), "name": ((str,), "a string"), "vbios": ((str,), "a string")},
+    "pcie": {
+        "address": ((str,), "a string"),
+        "kind": ((str,), "a string"),
+        "speed_gts": ((int, float), "a number"),
+        "width": ((int,), "an integer"),
+        "max_speed_gts": ((int, float), "a number"),
+        "max_width": ((int,), "an integer"),
+    },
+}
+#: Entries per device list at most: a node has tens of devices.
+BASELINE_MAX_ITEMS = 1024
+
+
+@dataclass(frozen=True)
 class Config:
     path: str | None = None
     profile: str | None = None
@@ -198,6 +247,8 @@ class Config:
     prometheus: str | None = None
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     fabric: FabricSettings = field(default_factory=FabricSettings)
+    #: [baseline]: what a known-good node of this type has (``hostcheck baseline``); None: no section.
+    baseline: Baseline | None = None
 
 
 def _xid_from_data(path: Path) -> XidPolicy:
@@ -370,6 +421,7 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
             "rdma_error_rise_warn": t.integer("rdma_error_rise_warn", 1, 1 << 31),
             "rdma_error_rise_fail": t.integer("rdma_error_rise_fail", 1, 1 << 31),
             "rdma_link_downed_rise_fail": t.integer("rdma_link_downed_rise_fail", 1, 1 << 31),
+            "baseline_memory_tolerance": t.number("baseline_memory_tolerance", 0.001, 0.5),
         }
         t.done()
         thresholds = Thresholds(
@@ -424,6 +476,7 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
             link_layer=f.string("link_layer", LINK_LAYERS),
         )
         f.done()
+    baseline = _baseline(top.table("baseline"), path)
     top.done()
     return Config(
         path=path,
@@ -440,7 +493,55 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         prometheus=prometheus,
         hardware=hardware,
         fabric=fabric,
+        baseline=baseline,
     )
+
+
+def _baseline(t: _Table | None, path: str) -> Baseline | None:
+    if t is None:
+        return None
+    big = 1 << 62
+    out: dict[str, Any] = {
+        "recorded_on": t.string("recorded_on"),
+        "recorded_at": t.string("recorded_at"),
+        "cpu_model": t.string("cpu_model"),
+        "cpu_sockets": t.integer("cpu_sockets", 1, 1024),
+        "cpu_cores": t.integer("cpu_cores", 1, 1 << 20),
+        "cpu_threads": t.integer("cpu_threads", 1, 1 << 20),
+        "memory_bytes": t.integer("memory_bytes", 1, big),
+    }
+    numa = t.get("numa_cpus", (list,), "a list of CPU lists")
+    if numa is not None:
+        if (
+            not all(isinstance(x, str) and re.fullmatch(r"[0-9,\-]{0,4096}", x) for x in numa)
+            or len(numa) > 4096
+        ):
+            raise ConfigError(path, t.key("numa_cpus"), 'must be a list of CPU lists such as "0-55,112-167"')
+        out["numa_cpus"] = tuple(numa)
+    for name, fields in BASELINE_LISTS.items():
+        items = t.get(name, (list,), "an array of tables")
+        if items is None:
+            continue
+        if len(items) > BASELINE_MAX_ITEMS:
+            raise ConfigError(path, t.key(name), f"more than {BASELINE_MAX_ITEMS} entries")
+        rows = []
+        for i, item in enumerate(items):
+            row = _Table(path, f"{t.key(name)}[{i}]", item)
+            values = []
+            for field_name, (kinds, what) in fields.items():
+                v = row.get(field_name, kinds, what)
+                if v is None:
+                    raise ConfigError(path, row.key(field_name), "is required")
+                if isinstance(v, str) and ("\x00" in v or "\n" in v or len(v) > 256):
+                    raise ConfigError(path, row.key(field_name), "must be one line of text")
+                if not isinstance(v, str) and not 0 <= v <= big:
+                    raise ConfigError(path, row.key(field_name), f"must be from 0 to {big}, not {v}")
+                values.append(float(v) if float in kinds else v)
+            row.done()
+            rows.append(tuple(values))
+        out[name] = tuple(rows)
+    t.done()
+    return Baseline(**out)
 
 
 def _hardware(t: _Table | None, path: str) -> HardwareSettings:

@@ -80,14 +80,14 @@ def write_report(path: str, text: str | bytes) -> None:
     write_atomic(path, text)
 
 
-def write_atomic(path: str, text: str | bytes) -> None:
-    """Replace ``path`` with ``text`` in one rename (mode 0644)."""
+def write_atomic(path: str, text: str | bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one rename (mode 0644 unless told: a file replaced keeps its own)."""
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".hostcheck.", suffix=".tmp", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8") if isinstance(text, str) else text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: What the read-only gatherers read: NVML, the kernel log, /proc and /sys, files, local facts ("hardware"
-#: and "rdma" keep their counters in the small state file).
-PASSIVE_NEEDS = frozenset({"facts", "system", "nvml", "tuning", "hardware", "rdma"})
+#: and "rdma" keep their counters in the small state file; "inventory" reads what the node has, for the baseline
+#: checks).
+PASSIVE_NEEDS = frozenset({"facts", "system", "nvml", "tuning", "hardware", "rdma", "inventory"})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-CATEGORIES = ("system", "gpu", "fabric", "torch", "tuning", "workload")
+CATEGORIES = ("system", "gpu", "fabric", "torch", "tuning", "workload", "baseline")
 
 
 class Status(str, enum.Enum):

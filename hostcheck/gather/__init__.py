@@ -16,6 +16,7 @@ from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HardwareSnapshot, gather_hardware
 from hostcheck.gather.hardware import counters_of as hardware_counters
+from hostcheck.gather.inventory import NodeInventory, gather_inventory
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
 from hostcheck.gather.rdma import RdmaSnapshot, gather_rdma
 from hostcheck.gather.rdma import counters_of as rdma_counters
@@ -31,7 +32,18 @@ from hostcheck.gather.tuning import (
 from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
 from hostcheck.registry import call_with_timeout
 
-GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware", "rdma")
+GATHERERS = (
+    "facts",
+    "system",
+    "nvml",
+    "torch",
+    "tuning",
+    "workload",
+    "datapath",
+    "hardware",
+    "rdma",
+    "inventory",
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,8 @@ class Snapshot:
     hardware: HardwareSnapshot | None = None
     #: RDMA ports, GPU-NIC PCI paths, ACS, GPUDirect and the NCCL variables (hostcheck.gather.rdma).
     rdma: RdmaSnapshot | None = None
+    #: What the node has, for the baseline checks (hostcheck.gather.inventory).
+    inventory: NodeInventory | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -262,6 +276,25 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             timings,
             options.deadline,
         )
+    if "inventory" in needs:
+        results["inventory"] = _timed(
+            "inventory",
+            lambda: gather_inventory(options.host_root, results.get("nvml")),
+            options.gather_timeout_s,
+            lambda u: NodeInventory(
+                root=options.host_root,
+                cpu=u,
+                memory_bytes=u,
+                numa_cpus=u,
+                nvme=u,
+                nics=u,
+                rdma=u,
+                links=u,
+                gpus=u,
+            ),
+            timings,
+            options.deadline,
+        )
     if state is not None:
         _save_counters(state, results, now)
     for t in threads:
@@ -281,6 +314,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         datapath=results.get("datapath"),
         hardware=results.get("hardware"),
         rdma=results.get("rdma"),
+        inventory=results.get("inventory"),
         timings=timings,
     )
 

@@ -143,6 +143,7 @@ def parse_aer(text: str, which: str) -> int | None:
 
 
 def pci_kind(dev_dir: str) -> str | None:
+    """A PCI device's kind: GPU (NVIDIA display or 3D controller), NIC (network or InfiniBand) or None."""
     cls = read_text(os.path.join(dev_dir, "class"), 64)
     vendor = read_text(os.path.join(dev_dir, "vendor"), 64)
     if not isinstance(cls, str):

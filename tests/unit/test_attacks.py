@@ -1791,6 +1791,153 @@ HOSTILE_INPUT_ATTACKS = [
 ]
 
 
+# --- baseline: the configuration file it writes into, and what it reads under --host-root ---------------------
+# --write names a file others may have put anything at: refused before anything is read, or replaced atomically
+# with only its [baseline] section changed; the host root's files are read through the bounded reader.
+
+
+def _host(c: Ctx) -> str:
+    """A small host root: memory and one CPU, enough for a section."""
+    (c.root / "host/proc").mkdir(parents=True)
+    (c.root / "host/proc/meminfo").write_text("MemTotal:       2113311792 kB\n")
+    (c.root / "host/proc/cpuinfo").write_text("processor\t: 0\nmodel name\t: X\n")
+    return c.p("host")
+
+
+def _baseline(*argv: str, codes: tuple[int, ...] = USAGE, **kw: Any) -> Callable[[Ctx], Run]:
+    """``hostcheck baseline --host-root <small host> ARGV``; ARGV's "{}" is the attack's folder."""
+    return lambda c: Run(
+        ["baseline", "--host-root", _host(c), *(a.format(c.root) for a in argv)], codes, **kw
+    )
+
+
+def _baseline_write(make: Callable[[Ctx], str], needle: str, codes: tuple[int, ...] = USAGE) -> Callable:
+    def build(c: Ctx) -> Run:
+        host = _host(c)
+        return Run(["baseline", "--host-root", host, "--write", make(c)], codes, needle=needle)
+
+    return build
+
+
+def _baseline_kept(c: Ctx) -> Run:
+    """An existing configuration: only its [baseline] section replaced, in one rename, every other byte kept."""
+    head = '# the site\'s own\nprofile = "passive"\n\n[slurm]\ndrain = true\n'
+    Path(c.p("hostcheck.toml")).write_text(head + "\n[baseline]\ncpu_cores = 99\n")
+
+    def check(o: Outcome) -> None:
+        text = Path(c.p("hostcheck.toml")).read_text()
+        assert text.startswith(head + "\n[baseline]\n") and "cpu_cores = 1\n" in text, text
+
+    return Run(
+        ["baseline", "--host-root", _host(c), "--write", c.p("hostcheck.toml")],
+        (0,),
+        reports=("hostcheck.toml",),
+        check=check,
+    )
+
+
+def _baseline_host_hostile(c: Ctx) -> Run:
+    """A host root whose files are a FIFO, /dev/zero, a huge file and garbage: read without blocking, never an
+    internal error."""
+    host = Path(_host(c))
+    os.mkfifo(host / "proc/cpuinfo.fifo")
+    (host / "proc/cpuinfo").unlink()
+    os.symlink("/dev/zero", host / "proc/cpuinfo")
+    net = host / "sys/class/net/eth0"
+    (net / "device").mkdir(parents=True)
+    os.mkfifo(net / "speed")
+    _sparse(str(net / "type"), 4 << 30)
+    nvme = host / "sys/class/nvme/nvme0/nvme0n1"
+    nvme.mkdir(parents=True)
+    (nvme / "size").write_bytes(b"9" * 100000)
+    (nvme.parent / "model").write_bytes(b"\xff\x00" * 1000)
+    rate = host / "sys/class/infiniband/mlx5_0/ports/1"
+    rate.mkdir(parents=True)
+    os.mkfifo(rate / "rate")
+    return Run(["baseline", "--host-root", str(host), "--json"], (0,))
+
+
+def _baseline_signalled(sig: int) -> Callable[[Ctx], Run]:
+    """``sig`` while baseline waits on a hung nvidia-smi (no nvidia-ml-py under ``-S``: the fallback runs it), which
+    leaves a grandchild in a session of its own: exit 128 + N, every child gone."""
+
+    def build(c: Ctx) -> Run:
+        smi = c.script("bin/nvidia-smi", HANGING_PYTHON)
+        env: dict[str, str | None] = {
+            "PATH": f"{os.path.dirname(smi)}{os.pathsep}{os.environ.get('PATH', '')}"
+        }
+        needle = "" if sig == signal.SIGKILL else f"interrupted by {signal.Signals(sig).name}"
+        argv = ["baseline", "--host-root", _host(c)]
+        return Run(argv, (SIGNAL_EXITS[sig],), env=env, signal=sig, needle=needle, pyflags=("-S",))
+
+    return build
+
+
+BASELINE_ATTACKS = [
+    A("signal-sigint-mid-baseline", _baseline_signalled(signal.SIGINT)),
+    A("signal-sigterm-mid-baseline", _baseline_signalled(signal.SIGTERM)),
+    A("signal-sighup-mid-baseline", _baseline_signalled(signal.SIGHUP)),
+    A("signal-sigkill-mid-baseline", _baseline_signalled(signal.SIGKILL)),
+    A("baseline-write-fifo", _baseline_write(lambda c: _mkfifo(c, "h.toml"), "a FIFO")),
+    A("baseline-write-symlink", _baseline_write(lambda c: _symlink(c, "h.toml", c.p("x")), "symbolic link")),
+    A(
+        "baseline-write-dev-zero-symlink",
+        _baseline_write(lambda c: _symlink(c, "h.toml", "/dev/zero"), "symbolic"),
+    ),
+    A("baseline-write-a-folder", _baseline_write(lambda c: str(c.facts), "a folder")),
+    A("baseline-write-dev-null", _baseline_write(lambda c: "/dev/null", "character device")),
+    A("baseline-write-empty-path", _baseline_write(lambda c: "", "empty path")),
+    A("baseline-write-folder-missing", _baseline_write(lambda c: c.p("nowhere/h.toml"), "does not exist")),
+    A(
+        "baseline-write-config-50mb",
+        _baseline_write(lambda c: _sparse(c.p("h.toml"), 50 << 20, b"# x\n"), "52428800 bytes"),
+    ),
+    A(
+        "baseline-write-config-bad-utf8",
+        _baseline_write(lambda c: _written(c, "h.toml", b'profile = "\xff"\n'), "not UTF-8"),
+    ),
+    A(
+        "baseline-write-config-nested-deep",
+        _baseline_write(lambda c: _written(c, "h.toml", b"x = " + b"[" * 100_000), "not valid TOML"),
+    ),
+    A(
+        "baseline-write-config-bad-baseline",
+        _baseline_write(
+            lambda c: _written(c, "h.toml", b'[baseline]\ncpu_cores = "8"\n'), "baseline.cpu_cores"
+        ),
+    ),
+    A(
+        "baseline-write-config-dotted-key",
+        _baseline_write(
+            lambda c: _written(c, "h.toml", b"baseline.cpu_cores = 8\n[xid]\nfail = [79]\n"),
+            "cannot be placed",
+        ),
+    ),
+    A("baseline-write-existing-config-kept", _baseline_kept),
+    A(
+        "baseline-write-in-roots-folder-as-nobody",
+        lambda c: Run(
+            ["baseline", "--host-root", _host(c), "--write", c.p("rootonly/h.toml")],
+            USAGE,
+            needle="its folder is not writable",
+        ),
+        user="nobody",
+    ),
+    A("baseline-host-root-hostile", _baseline_host_hostile),
+    A(
+        "baseline-json-with-write",
+        _baseline("--json", "--write", "{}/h.toml", needle="cannot go with --write"),
+    ),
+    A("baseline-stdout-dev-full", _baseline(stdout="devfull", needle="writing to standard output")),
+    A("baseline-stdout-closed", _baseline(stdout="closed")),
+    A("baseline-stdout-broken-pipe", _baseline(codes=(0,), stdout="broken")),
+    A("baseline-stderr-closed", _baseline(codes=(0,), stderr="closed")),
+    A("baseline-ulimit-n-16", _baseline(codes=ANY, limits={resource.RLIMIT_NOFILE: 16})),
+    A("baseline-ulimit-v-footprint+40MiB", _baseline(codes=(0,), limits=_v_limit())),
+]
+ATTACKS += BASELINE_ATTACKS
+
+
 def _no_raw_html(out: Path) -> None:
     md, page = (out / "fleet.md").read_text(), (out / "fleet.html").read_text()
     assert "<script" not in md and "<script" not in page

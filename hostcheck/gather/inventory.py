@@ -1,0 +1,322 @@
+"""What a node has: CPU, memory, NVMe drives, network ports and their rates, GPUs with their PCIe links and VBIOS,
+NUMA layout. ``hostcheck baseline`` records it on a known-good node; the baseline checks compare a node with it.
+
+Every file is read under one root (``Options.host_root``, "/" on a node; a fixture tree in tests) through the one
+bounded reader. The GPUs' names and VBIOS come from the NVML snapshot (hostcheck.gather.nvml); their links, as every
+other figure here, from sysfs. Parsing is separate from reading: the ``parse_*`` functions are pure.
+
+Sources (kernel documentation): /proc/cpuinfo and /proc/meminfo, Documentation/filesystems/proc.rst; NUMA nodes'
+``cpulist``, Documentation/ABI/stable/sysfs-devices-node; NVMe controllers' ``model`` and their namespaces' ``size``
+(512-byte sectors, as every block device's), Documentation/ABI/stable/sysfs-block; network ports' ``speed`` (Mb/s,
+-1 or unreadable when the link is down) and ``type`` (32: IPoIB), Documentation/ABI/testing/sysfs-class-net;
+RDMA ports' ``rate`` ("400 Gb/sec (4X NDR)"), Documentation/ABI/stable/sysfs-class-infiniband; PCIe
+``current_link_speed|width`` and ``max_link_speed|width``, Documentation/ABI/testing/sysfs-bus-pci.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hostcheck.gather.base import NO_PERMISSION, NOT_FOUND, Unavailable, read_text
+from hostcheck.gather.hardware import PCI_DEVICES, pci_kind, under
+
+#: Entries read at most per folder: a node has tens of devices, not thousands.
+MAX_ENTRIES = 4096
+#: ARPHRD_INFINIBAND (include/uapi/linux/if_arp.h): an IPoIB interface, counted as its RDMA port instead.
+ARPHRD_INFINIBAND = "32"
+#: A part not gathered (the defaults of NodeInventory).
+NOT_READ = Unavailable(NOT_FOUND, "not read")
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    model: str
+    sockets: int
+    cores: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class NvmeDrive:
+    name: str  # nvme0
+    model: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Port:
+    """A network port (``eth0``, speed in Mb/s) or an RDMA port (``mlx5_0:1``, rate in Gb/s); None: down or
+    unknown."""
+
+    name: str
+    rate: float | None
+
+
+@dataclass(frozen=True)
+class PciLink:
+    address: str  # 0000:18:00.0
+    kind: str  # "GPU" or "NIC" (hostcheck.gather.hardware.pci_kind)
+    speed_gts: float | None
+    width: int | None
+    max_speed_gts: float | None
+    max_width: int | None
+
+
+@dataclass(frozen=True)
+class GpuId:
+    address: str
+    name: str
+    vbios: str
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    root: str = "/"
+    cpu: CpuInfo | Unavailable = NOT_READ
+    memory_bytes: int | Unavailable = NOT_READ
+    #: Each NUMA node's CPU list, as the kernel prints it ("0-55,112-167"), by node number.
+    numa_cpus: tuple[str, ...] | Unavailable = NOT_READ
+    nvme: tuple[NvmeDrive, ...] | Unavailable = NOT_READ
+    nics: tuple[Port, ...] | Unavailable = NOT_READ
+    rdma: tuple[Port, ...] | Unavailable = NOT_READ
+    links: tuple[PciLink, ...] | Unavailable = NOT_READ
+    gpus: tuple[GpuId, ...] | Unavailable = NOT_READ
+
+
+def _listdir(path: str) -> list[str] | Unavailable:
+    try:
+        with os.scandir(path) as it:
+            names = []
+            for entry in it:
+                names.append(entry.name)
+                if len(names) >= MAX_ENTRIES:
+                    break
+        return sorted(names)
+    except FileNotFoundError:
+        return Unavailable(NOT_FOUND, f"{path} does not exist")
+    except PermissionError:
+        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
+    except OSError as exc:
+        return Unavailable(NOT_FOUND, f"{path}: {exc.strerror or exc}")
+
+
+def _text(path: str, limit: int = 256) -> str | None:
+    t = read_text(path, limit)
+    return t.strip() if isinstance(t, str) else None
+
+
+def _int(text: str | None) -> int | None:
+    t = (text or "").strip()
+    return int(t) if re.fullmatch(r"-?\d{1,19}", t) else None
+
+
+# --- CPU, memory, NUMA ------------------------------------------------------------------------------------
+
+
+def parse_cpuinfo(text: str) -> CpuInfo | None:
+    """Model, sockets, cores and threads from /proc/cpuinfo, counted as LBNL NHC's check_hw_cpuinfo counts them:
+    sockets are distinct ``physical id``s, cores distinct (physical id, core id) pairs, threads ``processor``
+    entries. Without topology fields (some VMs, other architectures) each processor is its own socket and core."""
+    threads, model = 0, ""
+    sockets: set[str] = set()
+    cores: set[tuple[str, str]] = set()
+    phys = ""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "processor":
+            threads += 1
+            phys = ""
+        elif key == "model name" and not model:
+            model = value[:200]
+        elif key == "physical id":
+            phys = value
+            sockets.add(value)
+        elif key == "core id":
+            cores.add((phys, value))
+    if not threads:
+        return None
+    if not sockets:
+        return CpuInfo(model, threads, threads, threads)
+    return CpuInfo(model, len(sockets), len(cores) or threads, threads)
+
+
+def parse_meminfo(text: str) -> int | None:
+    m = re.search(r"^MemTotal:\s+(\d{1,15}) kB\s*$", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def read_cpu(root: str) -> CpuInfo | Unavailable:
+    text = read_text(under(root, "proc/cpuinfo"), 1 << 22)
+    if isinstance(text, Unavailable):
+        return text
+    return parse_cpuinfo(text) or Unavailable(NOT_FOUND, "no processor in /proc/cpuinfo")
+
+
+def read_memory(root: str) -> int | Unavailable:
+    text = read_text(under(root, "proc/meminfo"), 1 << 16)
+    if isinstance(text, Unavailable):
+        return text
+    return parse_meminfo(text) or Unavailable(NOT_FOUND, "no MemTotal in /proc/meminfo")
+
+
+def read_numa(root: str) -> tuple[str, ...] | Unavailable:
+    base = under(root, "sys/devices/system/node")
+    names = _listdir(base)
+    if isinstance(names, Unavailable):
+        return names
+    nodes = sorted((int(n[4:]), n) for n in names if re.fullmatch(r"node\d{1,4}", n))
+    out = []
+    for _number, n in nodes:
+        cpus = _text(os.path.join(base, n, "cpulist"), 4096)
+        if cpus is None or not re.fullmatch(r"[0-9,\-]*", cpus):
+            return Unavailable(NOT_FOUND, f"{n}/cpulist unreadable")
+        out.append(cpus)
+    return tuple(out)
+
+
+# --- NVMe, network and RDMA ports -------------------------------------------------------------------------
+
+
+def read_nvme(root: str) -> tuple[NvmeDrive, ...] | Unavailable:
+    base = under(root, "sys/class/nvme")
+    names = _listdir(base)
+    if isinstance(names, Unavailable):
+        # No NVMe driver loaded, or a node without NVMe: none.
+        return () if names.kind == NOT_FOUND else names
+    out = []
+    for name in names:
+        if not re.fullmatch(r"nvme\d{1,4}", name):
+            continue
+        d = os.path.join(base, name)
+        model = _text(os.path.join(d, "model")) or ""
+        sectors = 0
+        entries = _listdir(d)
+        for ns in entries if isinstance(entries, list) else []:
+            # A namespace: nvme0n1, or nvme0c0n1 under native multipath.
+            if re.fullmatch(rf"{name}(?:c\d+)?n\d+", ns):
+                sectors += max(0, _int(_text(os.path.join(d, ns, "size"))) or 0)
+        out.append(NvmeDrive(name, model, sectors * 512))
+    return tuple(out)
+
+
+def parse_ib_rate(text: str) -> float | None:
+    """``400 Gb/sec (4X NDR)`` -> 400.0."""
+    m = re.match(r"\s*(\d{1,6}(?:\.\d{1,3})?) Gb/sec", text)
+    return float(m.group(1)) if m else None
+
+
+def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
+    """Physical network ports (those with a ``device``: not lo, bridges, bonds or veths) and their speed in Mb/s.
+    IPoIB interfaces are left out: their port is counted under RDMA. (The fabric gatherer reads more of each
+    port; this small reader can move there.)"""
+    base = under(root, "sys/class/net")
+    names = _listdir(base)
+    if isinstance(names, Unavailable):
+        return names
+    out = []
+    for name in names:
+        d = os.path.join(base, name)
+        if not os.path.exists(os.path.join(d, "device")):
+            continue
+        if _text(os.path.join(d, "type")) == ARPHRD_INFINIBAND:
+            continue
+        speed = _int(_text(os.path.join(d, "speed")))
+        out.append(Port(name, float(speed) if speed is not None and speed > 0 else None))
+    return tuple(out)
+
+
+def read_rdma(root: str) -> tuple[Port, ...] | Unavailable:
+    """Every RDMA port (``<device>:<port>``) and its rate in Gb/s (None unless ACTIVE), as NHC's check_hw_ib reads
+    them. (The fabric gatherer reads more of each port; this small reader can move there.)"""
+    base = under(root, "sys/class/infiniband")
+    devices = _listdir(base)
+    if isinstance(devices, Unavailable):
+        return () if devices.kind == NOT_FOUND else devices  # no RDMA driver: no ports
+    out = []
+    for dev in devices:
+        ports = _listdir(os.path.join(base, dev, "ports"))
+        for port in ports if isinstance(ports, list) else []:
+            if port.isdigit():
+                d = os.path.join(base, dev, "ports", port)
+                rate = _text(os.path.join(d, "rate"))
+                # A port that is not ACTIVE ("1: DOWN", "2: INIT") carries no traffic whatever its rate says.
+                state = _text(os.path.join(d, "state"))
+                up = state is None or state.endswith("ACTIVE")
+                out.append(Port(f"{dev}:{port}", parse_ib_rate(rate) if rate and up else None))
+    return tuple(out)
+
+
+# --- PCIe links and GPUs ----------------------------------------------------------------------------------
+
+
+def parse_link_speed(text: str | None) -> float | None:
+    """``32.0 GT/s PCIe`` (or ``32 GT/s``) -> 32.0; "Unknown" -> None."""
+    m = re.match(r"\s*(\d{1,3}(?:\.\d{1,2})?) GT/s", text or "")
+    return float(m.group(1)) if m else None
+
+
+def read_links(root: str) -> tuple[PciLink, ...] | Unavailable:
+    """The PCIe link of every GPU and NIC function (the devices system.E009 reads AER counters of)."""
+    base = under(root, PCI_DEVICES)
+    names = _listdir(base)
+    if isinstance(names, Unavailable):
+        return names
+    out = []
+    for addr in names:
+        d = os.path.join(base, addr)
+        kind = pci_kind(d)
+        if kind is None:
+            continue
+
+        def width(f: str, d: str = d) -> int | None:
+            w = _int(_text(os.path.join(d, f)))
+            return w if w is not None and w > 0 else None
+
+        out.append(
+            PciLink(
+                addr,
+                kind,
+                parse_link_speed(_text(os.path.join(d, "current_link_speed"))),
+                width("current_link_width"),
+                parse_link_speed(_text(os.path.join(d, "max_link_speed"))),
+                width("max_link_width"),
+            )
+        )
+    return tuple(out)
+
+
+def gpus_of(nvml: Any) -> tuple[GpuId, ...] | Unavailable:
+    """Each GPU's PCI address, name and VBIOS from the NVML snapshot."""
+    if nvml is None:
+        return Unavailable(NOT_FOUND, "NVML not gathered")
+    if not nvml.ok:
+        return nvml.error
+    out = []
+    for g in nvml.gpus:
+        if g.handle_error is not None or not isinstance(g.pci_bus_id, str):
+            continue
+        name = g.name if isinstance(g.name, str) else ""
+        vbios = g.vbios if isinstance(g.vbios, str) else ""
+        out.append(GpuId(g.pci_bus_id, name, vbios))
+    return tuple(out)
+
+
+def gather_inventory(root: str = "/", nvml: Any = None) -> NodeInventory:
+    """Read everything, judge nothing (the baseline checks do)."""
+    return NodeInventory(
+        root=root,
+        cpu=read_cpu(root),
+        memory_bytes=read_memory(root),
+        numa_cpus=read_numa(root),
+        nvme=read_nvme(root),
+        nics=read_nics(root),
+        rdma=read_rdma(root),
+        links=read_links(root),
+        gpus=gpus_of(nvml),
+    )
