@@ -327,6 +327,7 @@ def run(args: argparse.Namespace) -> int:
         data_rate_mb_s=args.data_rate,
         host_root=args.host_root,
         state_file=args.state_file,
+        dcgm_level=profile.dcgm_level,
     )
     needs = set().union(*(c.needs for c in checks)) & set(gather.GATHERERS)
     when = now_iso()

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hostcheck.config import Config
+from hostcheck.gather import dcgm as dcgm_gather
 from hostcheck.gather import state as counter_state
 from hostcheck.gather.base import BUSY, CRASHED, TIMEOUT, Unavailable, read_text
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
+from hostcheck.gather.dcgm import DcgmSnapshot, gather_dcgm
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HOST_ROOT, HardwareSnapshot, gather_hardware
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
@@ -27,7 +29,7 @@ from hostcheck.gather.tuning import (
 from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
 from hostcheck.registry import call_with_timeout
 
-GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware")
+GATHERERS = ("facts", "system", "nvml", "torch", "tuning", "workload", "datapath", "hardware", "dcgm")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Options:
     host_root: str = HOST_ROOT
     #: The counters of the last run (--state-file; else [hardware] state_file; else /var/lib/hostcheck).
     state_file: str | None = None
+    #: ``dcgmi diag -r`` level (the profile's dcgm_level); 0: DCGM's health watches only.
+    dcgm_level: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class Snapshot:
     datapath: DataPathSnapshot | None = None
     #: EDAC, machine checks, D-state tasks, PCIe AER and the counters of the last run (hostcheck.gather.hardware).
     hardware: HardwareSnapshot | None = None
+    #: DCGM's diagnostic at the profile's level and its health watches (hostcheck.gather.dcgm).
+    dcgm: DcgmSnapshot | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -236,6 +242,23 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         )
     for t in threads:
         t.join()  # each is bounded by its own _timed timeout
+    if "dcgm" in needs:
+        # After the workload: DCGM's diagnostic loads the GPUs, never beside hostcheck's own GPU job. Its time is
+        # what is left of the run's deadline (levels 2 and 3 take minutes), less a reserve for judging.
+        busy_now = busy_reason(results.get("nvml")) if options.dcgm_level >= 2 else None
+        limit = options.gather_timeout_s + dcgm_gather.HEALTH_TIMEOUT_S + 5
+        if options.deadline is not None:
+            limit = max(limit, options.deadline - time.monotonic())
+        results["dcgm"] = _timed(
+            "dcgm",
+            lambda: gather_dcgm(
+                options.dcgm_level, options.deadline, options.gather_timeout_s, busy=busy_now
+            ),
+            limit,
+            lambda u: DcgmSnapshot(dcgmi="dcgmi", level=options.dcgm_level, diag=u, health=u),
+            timings,
+            options.deadline,
+        )
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
         results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))
     if "workload" in needs and "workload" not in results:
@@ -250,6 +273,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         workload=results.get("workload"),
         datapath=results.get("datapath"),
         hardware=results.get("hardware"),
+        dcgm=results.get("dcgm"),
         timings=timings,
     )
 
