@@ -105,7 +105,7 @@ def _judge(s: Any, cid: str, label: str) -> Outcome:
     ]
     notrun = [f"{_where(r)} {r.status}: {_said(r)}" for r in rows if r.status in (SKIP, NOT_RUN)]
     hint = FIX.format(level=diag.level)
-    value = {"level": diag.level, "results": len(rows), "failed": len(fails), "not_run": len(notrun)}
+    value = len(fails)  # DCGM results that failed: a count, for the report and Prometheus
     if fails:
         return failed("DCGM " + "; ".join(fails + warns), hint=hint, value=value, details=details)
     if warns or unknown:

@@ -85,7 +85,7 @@ def test_a_failing_memory_test_fails_its_check_with_dcgms_message_and_code():
     e = r["gpu.E032"]
     assert e.status is Status.FAIL
     assert e.message == "DCGM memory on GPU 1: Found 3 faulty memory elements on GPU 1 (DCGM error 52)"
-    assert e.value["failed"] >= 1
+    assert e.value == 1
     assert {r[c].status for c in ("gpu.E030", "gpu.E031", "gpu.E033")} == {Status.PASS}
 
 
@@ -278,7 +278,9 @@ def test_each_profile_has_its_level_with_dcgms_documented_run_time():
 def test_the_command_runs_the_profiles_level(tmp_path, monkeypatch, capsys, profile, level):
     fake_dcgmi(tmp_path, f"cat {FIX / 'diag_v4_r3_memory_fail.json'}; exit 1")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    rc = command.main(["check", "--profile", profile, "--only", ",".join(sorted(IDS)), "--json"])
+    prom = tmp_path / "hostcheck.prom"
+    only = ",".join(sorted(IDS))
+    rc = command.main(["check", "--profile", profile, "--only", only, "--json", "--prometheus", str(prom)])
     calls = (tmp_path / "calls").read_text().splitlines()
     checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert calls[0] == "health -c -j"
@@ -288,6 +290,7 @@ def test_the_command_runs_the_profiles_level(tmp_path, monkeypatch, capsys, prof
     else:
         assert calls[1].startswith(f"diag -r {level} -j --timeout ")
         assert checks["gpu.E032"]["status"] == "fail" and "DCGM error 52" in checks["gpu.E032"]["message"]
+        assert 'hostcheck_check_value{check="gpu.E032"} 1' in prom.read_text()
         assert rc == 1
 
 
