@@ -255,7 +255,9 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 options.dcgm_level, options.deadline, options.gather_timeout_s, busy=busy_now
             ),
             limit,
-            lambda u: DcgmSnapshot(dcgmi="dcgmi", level=options.dcgm_level, diag=u, health=u),
+            lambda u: DcgmSnapshot(
+                dcgmi="dcgmi", level=options.dcgm_level, diag=u if options.dcgm_level else None, health=u
+            ),
             timings,
             options.deadline,
         )

@@ -185,7 +185,9 @@ def _int(v: Any) -> int | None:
 
 
 def _status(v: Any) -> str:
-    return _STATUS.get(_text(v).lower(), UNKNOWN)
+    """DCGM's status, lower case; one hostcheck does not know is kept as DCGM wrote it (then warned, not judged)."""
+    t = _text(v)
+    return _STATUS.get(t.lower(), t[:40] or UNKNOWN)
 
 
 def _messages(result: dict) -> tuple[DcgmMessage, ...]:

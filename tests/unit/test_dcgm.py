@@ -337,3 +337,34 @@ def test_results_keep_dcgms_statuses():
     mem = [x for x in fail.results if x.test == "memory"]
     assert [(x.entity, x.status) for x in mem] == [("GPU 0", PASS), ("GPU 1", FAIL)]
     assert mem[1].messages[0].error_id == 52 and mem[1].messages[0].severity == 2
+
+
+def test_a_status_hostcheck_does_not_know_warns_and_is_never_a_fail():
+    doc = {
+        "DCGM Diagnostic": {
+            "test_categories": [
+                {
+                    "category": "Hardware",
+                    "tests": [
+                        {
+                            "name": "memory",
+                            "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Flaky"}],
+                        }
+                    ],
+                }
+            ]
+        }
+    }
+    r = judge(snap(2, diag=CmdResult(0, json.dumps(doc), "")))["gpu.E032"]
+    assert r.status is Status.WARN and "status 'Flaky' not known to hostcheck, not judged" in r.message
+
+
+def test_a_dcgm_gatherer_cut_off_in_passive_is_the_health_checks_error_only(monkeypatch):
+    from hostcheck import gather as G
+
+    monkeypatch.setattr(G, "gather_dcgm", lambda *a, **k: time.sleep(5))
+    s = G.gather(G.Options(dcgm_level=0, deadline=time.monotonic() + 0.5), {"dcgm"})
+    assert isinstance(s.dcgm, DcgmSnapshot) and s.dcgm.diag is None
+    r = judge(s.dcgm)
+    assert r["gpu.E034"].status is Status.ERROR and "cut off" in r["gpu.E034"].message
+    assert r["gpu.E030"].status is Status.SKIP
