@@ -74,7 +74,7 @@ PROFILES: dict[str, Profile] = {
             "epilog",
             30.0,
             PASSIVE_NEEDS,
-            summary="what a job may leave broken (XIDs, row remaps, stray GPU processes): reads only",
+            summary="what a job may leave broken (XIDs, row remaps, stray GPU processes): reads only, and DCGM level 1",
             # 30 s holds level 1 (seconds), not level 2 (about 2 minutes).
             dcgm_level=1,
         ),
