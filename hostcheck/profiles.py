@@ -12,8 +12,21 @@ from dataclasses import dataclass
 
 #: What the read-only gatherers read: NVML, the kernel log, /proc and /sys, files, local facts ("hardware"
 #: and "rdma" keep their counters in the small state file; "inventory" reads what the node has, for the baseline
-#: checks).
-PASSIVE_NEEDS = frozenset({"facts", "system", "nvml", "tuning", "hardware", "rdma", "inventory"})
+#: checks). "dcgm" runs ``dcgmi diag`` only at the profile's ``dcgm_level``; at level 0 (passive) it only reads
+#: the host engine's health watches.
+PASSIVE_NEEDS = frozenset({"facts", "system", "nvml", "tuning", "hardware", "rdma", "inventory", "dcgm"})
+
+#: DCGM's diagnostic levels (``dcgmi diag -r N``) and their run time as DCGM documents it (dcgmi diag's reference,
+#: https://docs.nvidia.com/datacenter/dcgm/latest/reference/command-line-reference/dcgmi/dcgmi-diag.html: "1 Quick
+#: deployment checks, normally lasting seconds; 2 Medium validation, normally lasting approximately two minutes;
+#: 3 Long hardware diagnostics, normally lasting approximately 15 minutes; 4 Extended, longer-running"). Level 4
+#: has no documented length: no profile chooses it. 0: no diagnostic, the health watches only.
+DCGM_LEVEL_RUN_TIME = {
+    0: "none: health watches only",
+    1: "seconds",
+    2: "about 2 minutes",
+    3: "about 15 minutes",
+}
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,9 @@ class Profile:
     #: Seconds one GPU line (the all_reduce sweep, one matmul dtype, one copy kind) may measure for; the message
     #: and matrix sizes follow from it (workload_args). 0: the profile runs no GPU job.
     gpu_line_s: float = 0.0
+    #: ``dcgmi diag -r`` level this profile runs where DCGM is installed (DCGM_LEVEL_RUN_TIME): the longest whose
+    #: documented run time fits well inside the deadline. 0: none (the health watches only).
+    dcgm_level: int = 0
 
     def allows(self, check_needs: frozenset[str]) -> bool:
         return check_needs <= self.needs
@@ -53,12 +69,15 @@ PROFILES: dict[str, Profile] = {
             120.0,
             PASSIVE_NEEDS | {"torch"},
             summary="passive plus the training Python's torch probe; no GPU job",
+            dcgm_level=1,
         ),
         Profile(
             "epilog",
             30.0,
             PASSIVE_NEEDS,
-            summary="what a job may leave broken (XIDs, row remaps, stray GPU processes): reads only",
+            summary="what a job may leave broken (XIDs, row remaps, stray GPU processes): reads only, and DCGM level 1",
+            # 30 s holds level 1 (seconds), not level 2 (about 2 minutes).
+            dcgm_level=1,
         ),
         Profile(
             "full",
@@ -66,6 +85,7 @@ PROFILES: dict[str, Profile] = {
             ALL_NEEDS,
             summary="every check, with the short GPU/AMP/DDP workload",
             gpu_line_s=4.0,
+            dcgm_level=2,
         ),
         Profile(
             "burnin",
@@ -74,6 +94,7 @@ PROFILES: dict[str, Profile] = {
             burn_s=600.0,
             summary="every check plus a 10-minute matmul stress run: new or repaired hardware",
             gpu_line_s=15.0,
+            dcgm_level=3,
         ),
     )
 }

@@ -116,6 +116,7 @@ def build_request(args: argparse.Namespace, catalogue: list[Check], started: flo
         data_rate_mb_s=args.data_rate,
         host_root=args.host_root,
         state_file=args.state_file,
+        dcgm_level=profile.dcgm_level,
     )
     return replace(
         request,

@@ -4,7 +4,18 @@ Adding a category or check: write a pure ``fn(snapshot) -> Outcome`` in a module
 with ``@check("<category>.E<nnn>", "Title", weight=..., needs=(...))`` and import the module below.
 """
 
-from hostcheck.checks import baseline, consistency, fabric, gpu, hardware, system, torch, tuning, workload
+from hostcheck.checks import (
+    baseline,
+    consistency,
+    dcgm,
+    fabric,
+    gpu,
+    hardware,
+    system,
+    torch,
+    tuning,
+    workload,
+)
 from hostcheck.registry import Check, registered
 
 
@@ -17,6 +28,7 @@ __all__ = [
     "all_checks",
     "baseline",
     "consistency",
+    "dcgm",
     "fabric",
     "gpu",
     "hardware",

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hostcheck.config import Config
+from hostcheck.gather import dcgm as dcgm_gather
 from hostcheck.gather import state as counter_state
 from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Unavailable, read_text
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
+from hostcheck.gather.dcgm import DcgmSnapshot, gather_dcgm
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HardwareSnapshot, gather_hardware
 from hostcheck.gather.hardware import counters_of as hardware_counters
@@ -43,6 +45,7 @@ GATHERERS = (
     "hardware",
     "rdma",
     "inventory",
+    "dcgm",
 )
 
 
@@ -78,6 +81,8 @@ class Options:
     host_root: str = HOST_ROOT
     #: The counters of the last run (--state-file; else [hardware] state_file; else /var/lib/hostcheck).
     state_file: str | None = None
+    #: ``dcgmi diag -r`` level (the profile's dcgm_level); 0: DCGM's health watches only.
+    dcgm_level: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class Snapshot:
     rdma: RdmaSnapshot | None = None
     #: What the node has, for the baseline checks (hostcheck.gather.inventory).
     inventory: NodeInventory | None = None
+    #: DCGM's diagnostic at the profile's level and its health watches (hostcheck.gather.dcgm).
+    dcgm: DcgmSnapshot | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -299,6 +306,25 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         _save_counters(state, results, now)
     for t in threads:
         t.join()  # each is bounded by its own _timed timeout
+    if "dcgm" in needs:
+        # After the workload: DCGM's diagnostic loads the GPUs, never beside hostcheck's own GPU job. Its time is
+        # what is left of the run's deadline (levels 2 and 3 take minutes), less a reserve for judging.
+        busy_now = busy_reason(results.get("nvml")) if options.dcgm_level >= 2 else None
+        limit = options.gather_timeout_s + dcgm_gather.HEALTH_TIMEOUT_S + 5
+        if options.deadline is not None:
+            limit = max(limit, options.deadline - time.monotonic())
+        results["dcgm"] = _timed(
+            "dcgm",
+            lambda: gather_dcgm(
+                options.dcgm_level, options.deadline, options.gather_timeout_s, busy=busy_now
+            ),
+            limit,
+            lambda u: DcgmSnapshot(
+                dcgmi="dcgmi", level=options.dcgm_level, diag=u if options.dcgm_level else None, health=u
+            ),
+            timings,
+            options.deadline,
+        )
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
         results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))
     if "workload" in needs and "workload" not in results:
@@ -315,6 +341,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         hardware=results.get("hardware"),
         rdma=results.get("rdma"),
         inventory=results.get("inventory"),
+        dcgm=results.get("dcgm"),
         timings=timings,
     )
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Union
@@ -62,9 +64,11 @@ class CmdResult:
 Runner = Callable[[Sequence[str], float], Union[CmdResult, Unavailable]]
 
 
-def run_cmd(argv: Sequence[str], timeout: float = 10.0) -> CmdResult | Unavailable:
+def run_cmd(argv: Sequence[str], timeout: float = 10.0, limit: int | None = None) -> CmdResult | Unavailable:
     """A system tool's answer. It starts through the one launcher: in a session of its own, its whole group
-    killed at the deadline (a hung systemctl or nvidia-smi leaves no child behind) and on SIGINT/SIGTERM."""
+    killed at the deadline (a hung systemctl or nvidia-smi leaves no child behind) and on SIGINT/SIGTERM.
+    ``limit``: at most that many bytes of stdout and stderr together are read; a tool that prints more is
+    stopped (its group killed) and the answer says so."""
     if "/" not in argv[0] and shutil.which(argv[0]) is None:
         return Unavailable(NOT_INSTALLED, f"{argv[0]} not found")
     launch = Launch()
@@ -77,7 +81,13 @@ def run_cmd(argv: Sequence[str], timeout: float = 10.0) -> CmdResult | Unavailab
     if p is None:
         return Unavailable(ERROR, f"{argv[0]} not started: the run was interrupted")
     try:
-        out, err = p.communicate(timeout=timeout)
+        if limit is None:
+            out, err = p.communicate(timeout=timeout)
+        else:
+            got = _read_bounded(p, timeout, limit)
+            if got is None:
+                return Unavailable(ERROR, f"{argv[0]} printed more than {limit} bytes: stopped")
+            out, err = got
     except subprocess.TimeoutExpired:
         return Unavailable(TIMEOUT, f"{argv[0]} timed out after {timeout:g} s")
     finally:
@@ -86,6 +96,32 @@ def run_cmd(argv: Sequence[str], timeout: float = 10.0) -> CmdResult | Unavailab
             with contextlib.suppress(OSError):
                 f.close()
     return CmdResult(p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+def _read_bounded(p: subprocess.Popen, timeout: float, limit: int) -> tuple[bytes, bytes] | None:
+    """stdout and stderr of ``p`` until both close and it exits; None past ``limit`` bytes in all. Raises
+    subprocess.TimeoutExpired past ``timeout`` (the caller's launcher then kills the group)."""
+    end = time.monotonic() + timeout
+    bufs: dict[int, list[bytes]] = {p.stdout.fileno(): [], p.stderr.fileno(): []}
+    total = 0
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = end - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(p.args, timeout)
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    sel.unregister(key.fd)
+                    continue
+                total += len(data)
+                if total > limit:
+                    return None
+                bufs[key.fd].append(data)
+    p.wait(max(0.0, end - time.monotonic()))
+    return b"".join(bufs[p.stdout.fileno()]), b"".join(bufs[p.stderr.fileno()])
 
 
 def read_text(path: str, limit: int = 1 << 20, strict: bool = False) -> str | Unavailable:

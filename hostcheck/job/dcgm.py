@@ -21,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hostcheck.child.launch import Launch, describe_rc
+from hostcheck.gather.dcgm import find_dcgmi
 
 #: DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY (dcgmlib/dcgm_fields.h).
 GR_ACTIVE, SM_ACTIVE, SM_OCCUPANCY = 1001, 1002, 1003
@@ -121,7 +121,7 @@ class DcgmSampler:
         self._read = 0
         self._launch: Launch | None = None
         self._proc: subprocess.Popen | None = None
-        path = dcgmi or shutil.which("dcgmi")
+        path = find_dcgmi(dcgmi)
         if path is None:
             self.absent = True
             self.error = "dcgmi not found (no DCGM)"

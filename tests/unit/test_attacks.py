@@ -1948,6 +1948,68 @@ def _no_raw_html(out: Path) -> None:
 ATTACKS += HOSTILE_INPUT_ATTACKS
 
 
+# --- hostile dcgmi: DCGM's diagnostic and health watches (gpu.E030-E034) ---------------------------------------
+# A fake dcgmi first on PATH answers ``health`` with HEALTH and ``diag`` with the row's body. Whatever it prints
+# or however long it takes, gpu.E030 says it could not run (an error, never a fail) and nothing stays behind.
+
+DCGM_IDS = "gpu.E030,gpu.E031,gpu.E032,gpu.E033,gpu.E034"
+HEALTHY = '{"body": {"Overall Health": {"value": "Healthy"}}, "header": ["Health Monitor Report"]}'
+
+
+def _check_dcgmi(diag: str, *words: str, deadline: str | None = None, health: str | None = None) -> Callable:
+    """``check --profile full`` (dcgmi diag -r 2) with the fake dcgmi; gpu.E030 is an error naming ``words``."""
+
+    def build(c: Ctx) -> Run:
+        d = c.root / "bin"
+        d.mkdir()
+        answer = health if health is not None else f"echo '{HEALTHY}'"
+        c.script("bin/dcgmi", f'case "$1" in health) {answer};; diag) {diag};; esac\n')
+        extra = ["--profile", "full", *(["--deadline", deadline] if deadline else [])]
+        env: dict[str, str | None] = {"PATH": f"{d}{os.pathsep}{os.environ.get('PATH', '')}"}
+        return Run(c.base(*extra, only=DCGM_IDS, json_out=True), JUDGED, env=env, check=_dcgm_error(*words))
+
+    return build
+
+
+def _dcgm_error(*words: str) -> Callable[[Outcome], None]:
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "gpu.E030")
+        assert status == "error" and "could not run" in message and all(w in message for w in words), message
+        assert not any(c["status"] == "fail" for c in o.checks().values())
+        assert o.rc == 1
+
+    return check
+
+
+DCGM_ATTACKS = [
+    A("dcgmi-diag-huge-output", _check_dcgmi("head -c 50000000 /dev/zero | tr '\\0' x", "more than")),
+    A("dcgmi-diag-endless-binary", _check_dcgmi("exec cat /dev/urandom", "more than")),
+    A(
+        "dcgmi-diag-deep-json-nesting",
+        _check_dcgmi(
+            "printf '{\"DCGM Diagnostic\": '; head -c 200000 /dev/zero | tr '\\0' '['; echo", "deeper than"
+        ),
+    ),
+    A(
+        "dcgmi-diag-truncated-json",
+        _check_dcgmi('printf \'{"DCGM Diagnostic": {"test_categories": [{\'', "JSON"),
+    ),
+    A(
+        "dcgmi-diag-hangs-ignoring-signals",
+        _check_dcgmi("trap '' INT TERM HUP; while :; do sleep 1; done", "timed out", deadline="12"),
+    ),
+    A(
+        "dcgmi-diag-leaves-a-daemon",
+        _check_dcgmi("setsid sleep 300 >/dev/null 2>&1 & exec sleep 300", "timed out", deadline="12"),
+    ),
+    A(
+        "dcgmi-health-hangs-too",
+        _check_dcgmi("exec sleep 300", "", deadline="14", health="exec sleep 300"),
+    ),
+]
+ATTACKS += DCGM_ATTACKS
+
+
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_attack(
     attack: Attack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
