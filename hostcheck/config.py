@@ -113,6 +113,12 @@ class Thresholds:
     pcie_replay_rate_warn_per_min: float = float(_THRESHOLD_DEFAULTS["pcie_replay_rate_warn_per_min"])
     #: The kernel's default hung-task timeout: a task blocked this long in D state warns (system.E008).
     dstate_stuck_s: float = float(_THRESHOLD_DEFAULTS["dstate_stuck_s"])
+    #: DCGM's NVLink health watch: replay or recovery errors rising by this many per link fail (nvlink.E004),
+    nvlink_replay_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_replay_rise_fail"])
+    nvlink_recovery_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_recovery_rise_fail"])
+    #: CRC errors rising by this many warn, and at this rate per second fail.
+    nvlink_crc_rise_warn: int = int(_THRESHOLD_DEFAULTS["nvlink_crc_rise_warn"])
+    nvlink_crc_rate_fail_per_s: float = float(_THRESHOLD_DEFAULTS["nvlink_crc_rate_fail_per_s"])
 
 
 @dataclass(frozen=True)
@@ -346,6 +352,10 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
             "aer_correctable_rise_warn": t.integer("aer_correctable_rise_warn", 1, 1 << 31),
             "pcie_replay_rate_warn_per_min": t.number("pcie_replay_rate_warn_per_min", 0.001, 1e9),
             "dstate_stuck_s": t.number("dstate_stuck_s", 1, 86400 * 30),
+            "nvlink_replay_rise_fail": t.integer("nvlink_replay_rise_fail", 1, 1 << 31),
+            "nvlink_recovery_rise_fail": t.integer("nvlink_recovery_rise_fail", 1, 1 << 31),
+            "nvlink_crc_rise_warn": t.integer("nvlink_crc_rise_warn", 1, 1 << 31),
+            "nvlink_crc_rate_fail_per_s": t.number("nvlink_crc_rate_fail_per_s", 0.001, 1e12),
         }
         t.done()
         thresholds = Thresholds(

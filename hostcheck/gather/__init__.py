@@ -14,7 +14,7 @@ from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HOST_ROOT, HardwareSnapshot, gather_hardware
-from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
+from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml, nvlink_counters
 from hostcheck.gather.system import SystemSnapshot, gather_system
 from hostcheck.gather.torchinfo import TorchSnapshot, choose_python, gather_torch
 from hostcheck.gather.tuning import (
@@ -212,13 +212,18 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             for g in (nv.gpus if isinstance(nv, NvmlSnapshot) else ())
             if isinstance(g.uuid, str) and isinstance(g.pcie_replays, int)
         }
+        links = nvlink_counters(nv.gpus if isinstance(nv, NvmlSnapshot) else ())
         state_file = (
             options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
         )
         results["hardware"] = _timed(
             "hardware",
             lambda: gather_hardware(
-                options.host_root, state_file, log_hours=options.config.xid.window_hours, replays=replays
+                options.host_root,
+                state_file,
+                log_hours=options.config.xid.window_hours,
+                replays=replays,
+                nvlink=links,
             ),
             options.gather_timeout_s,
             lambda u: HardwareSnapshot(

@@ -88,6 +88,8 @@ class HardwareSnapshot:
     ras_mce: dict[str, int] | Unavailable | None = None
     #: NVML's PCIe replay counter per GPU (uuid -> count), as handed over from the NVML snapshot.
     replays: dict[str, int] = field(default_factory=dict)
+    #: NVML's NVLink error counters, "<GPU UUID>.<link>.<counter>" -> count (nvlink.E004 judges the rise).
+    nvlink: dict[str, int] = field(default_factory=dict)
     state: CounterState = field(default_factory=CounterState)
     taken_at: float = 0.0
 
@@ -326,6 +328,8 @@ def counters_of(snap: HardwareSnapshot) -> dict[str, dict[str, int]]:
             out["dstate"][blocked_key(t) + ".since"] = int(since if since is not None else snap.taken_at)
     if snap.replays:
         out["pcie_replay"] = dict(snap.replays)
+    if snap.nvlink:
+        out["nvlink"] = dict(snap.nvlink)
     return out
 
 
@@ -336,6 +340,7 @@ def gather_hardware(
     log_hours: float = 2.0,
     replays: dict[str, int] | None = None,
     now: float | None = None,
+    nvlink: dict[str, int] | None = None,
 ) -> HardwareSnapshot:
     """Read everything, compare nothing (the checks do), and keep this run's counters for the next."""
     taken_at = time.time() if now is None else now
@@ -351,6 +356,7 @@ def gather_hardware(
         log_source=source,
         ras_mce=read_ras(runner),
         replays=dict(replays or {}),
+        nvlink=dict(nvlink or {}),
         state=load_state(state_file),
         taken_at=taken_at,
     )
