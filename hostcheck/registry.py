@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-CATEGORIES = ("system", "gpu", "torch", "tuning", "workload")
+CATEGORIES = ("system", "gpu", "nvlink", "torch", "tuning", "workload")
 
 
 class Status(str, enum.Enum):

@@ -4,7 +4,7 @@ Adding a category or check: write a pure ``fn(snapshot) -> Outcome`` in a module
 with ``@check("<category>.E<nnn>", "Title", weight=..., needs=(...))`` and import the module below.
 """
 
-from hostcheck.checks import consistency, gpu, hardware, system, torch, tuning, workload
+from hostcheck.checks import consistency, gpu, hardware, nvlink, system, torch, tuning, workload
 from hostcheck.registry import Check, registered
 
 
@@ -13,4 +13,4 @@ def all_checks() -> list[Check]:
     return registered()
 
 
-__all__ = ["all_checks", "consistency", "gpu", "hardware", "system", "torch", "tuning", "workload"]
+__all__ = ["all_checks", "consistency", "gpu", "hardware", "nvlink", "system", "torch", "tuning", "workload"]
