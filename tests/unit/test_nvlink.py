@@ -229,3 +229,27 @@ def test_a_board_without_nvswitch_passes_when_every_peer_links_back_and_warns_wh
     assert "4 link(s) to GPU 2, which has 3 back" in r["nvlink.E003"].message
     # No SKU line for this model: an inactive link warns (whether it is wired is not known).
     assert r["nvlink.E001"].status is Status.WARN and "link 0 down" in r["nvlink.E001"].message
+
+
+def test_per_link_series_carry_dcgm_exporters_gpu_labels_and_the_link():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from hostcheck.cli import build_report
+    from hostcheck.render.prometheus import render_prometheus
+
+    snap = S.make_snapshot(nvml=nvml(nvlink_down=(7,), nvlink_errors={(2, "replay"): 4}))
+    results, verdict = evaluate(snap, [c for c in all_checks() if c.category == "nvlink"])
+    text = render_prometheus(build_report(snap, results, verdict, started=0.0, when="2026-11-26T00:00:00Z"))
+    got = {
+        (s.name, s.labels.get("gpu"), s.labels.get("link"), s.labels.get("counter")): (s.labels, s.value)
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name.startswith("hostcheck_gpu_nvlink_")
+    }
+    labels, value = got[("hostcheck_gpu_nvlink_up", "3", "7", None)]
+    assert value == 0 and labels["UUID"] == UUID.format(3) and labels["device"] == "nvidia3"
+    assert got[("hostcheck_gpu_nvlink_up", "3", "6", None)][1] == 1
+    assert got[("hostcheck_gpu_nvlink_errors", "3", "2", "replay")][1] == 4
+    assert got[("hostcheck_gpu_nvlink_speed_bytes_per_second", "0", "0", None)][1] == 26562e6
+    assert ("hostcheck_gpu_nvlink_speed_bytes_per_second", "3", "7", None) not in got  # a down link: no speed
+    assert len([k for k in got if k[0] == "hostcheck_gpu_nvlink_up"]) == 8 * 18
