@@ -564,6 +564,18 @@ class NvmlSampler:
             )
         return tuple(out)
 
+    def nvlink_counters(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Every NVLink error counter now (keys: :func:`nvlink_key`) and each GPU's UUID -> index; ({}, {})
+        without NVML. ``hostcheck job`` reads them at the job's start and end (hostcheck.job.links)."""
+        if self.error is not None:
+            return {}, {}
+        gpus = []
+        for i, h in enumerate(self.handles):
+            uuid = as_text(self._get("nvmlDeviceGetUUID", h))
+            if h is not None and isinstance(uuid, str):
+                gpus.append(GpuInfo(index=i, uuid=uuid, nvlinks=_nvlinks(self._nvml, h)[1]))
+        return nvlink_counters(gpus), {g.uuid: g.index for g in gpus}
+
     def processes(self) -> dict[int, tuple[int, ...]]:
         """GPU index -> the pids running compute work on it (as the host numbers them)."""
         if self.error is not None:
