@@ -113,7 +113,7 @@ class Thresholds:
     pcie_replay_rate_warn_per_min: float = float(_THRESHOLD_DEFAULTS["pcie_replay_rate_warn_per_min"])
     #: The kernel's default hung-task timeout: a task blocked this long in D state warns (system.E008).
     dstate_stuck_s: float = float(_THRESHOLD_DEFAULTS["dstate_stuck_s"])
-    #: DCGM's NVLink health watch: replay or recovery errors rising by this many per link fail (nvlink.E004),
+    #: DCGM's NVLink health watch: replay or recovery errors rising by this many per link fail (nvlink.E004).
     nvlink_replay_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_replay_rise_fail"])
     nvlink_recovery_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_recovery_rise_fail"])
     #: CRC errors rising by this many warn, and at this rate per second fail.

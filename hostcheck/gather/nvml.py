@@ -1,6 +1,10 @@
 """Per-GPU health through NVML (module ``pynvml`` from nvidia-ml-py), every call's failure kept as a value.
 
-``gather_nvml(nvml=...)`` takes the module as a parameter so tests pass a fake one. :class:`NvmlSampler` reads
+``gather_nvml(nvml=...)`` takes the module as a parameter so tests pass a fake one. Every NVLink is read per link
+(state, version, remote end, speed, error counters) in the same pass.
+
+Why one module: one NVML session and one mapping of NVML's return codes serve every per-GPU figure, the
+NVLinks and the job's sampler included; split, each part would need the session and the mapping passed in. :class:`NvmlSampler` reads
 the changing figures (utilisation, memory, PCIe throughput, power, clocks, and on Hopper and later GPUs the GPM
 metrics SM activity and SM occupancy) again and again for ``hostcheck job``.
 """

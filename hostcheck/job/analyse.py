@@ -19,7 +19,6 @@ from typing import Any
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.datapath import BlockDevice, DataDir
 from hostcheck.job.dcgm import dcgm_by_gpu, dcgm_line, dcgm_means
-from hostcheck.job.links import links_moved, ports_moved
 from hostcheck.job.observe import Observation
 from hostcheck.job.records import HookProcess, LoopTimes, loop_times, step_spans, wait_in_bins
 from hostcheck.job.sample import CLK_TCK, ProcSample
@@ -382,15 +381,6 @@ def _comm(ranks: Sequence[Rank], procs: dict[int, HookProcess]) -> dict[str, Any
     }
 
 
-def _fabric_moved(obs: Observation) -> dict[str, Any]:
-    """The NVLinks and RDMA ports whose error counters rose during the job (None: not read)."""
-    nvlink, rdma = obs.fabric.get("nvlink"), obs.fabric.get("rdma")
-    return {
-        "links_moved": links_moved(*nvlink, obs.gpu_index) if nvlink else None,
-        "ports_moved": ports_moved(*rdma) if rdma else None,
-    }
-
-
 def _stacks(procs: Sequence[HookProcess]) -> dict[str, Any]:
     """The ranks' stack-sample summaries added up: samples by where the thread was, and for the samples taken
     in the steps the commonest top frames, kernel wait channels and thread states."""
@@ -536,7 +526,7 @@ def analyse(
         gpus=_gpus(obs, s0, s1),
         gpu_error=obs.gpu_error,
         dcgm_error=obs.dcgm_error,
-        comm={**_comm(ranks, {p.pid: p for p in ranks_p}), **_fabric_moved(obs)},
+        comm={**_comm(ranks, {p.pid: p for p in ranks_p}), **obs.fabric_moved},
         errors=tuple(errors),
         data_dirs=tuple(_dir_dict(d) for d in data_dirs),
         timeline=_timeline(obs, ranks_p, times),

@@ -9,6 +9,7 @@ plain ``name -> count`` dictionaries, so a fuller port gatherer can hand its own
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from hostcheck.gather.base import read_text
 
@@ -98,3 +99,13 @@ def ports_moved(before: dict[str, int], after: dict[str, int]) -> list[str]:
             continue
         per.setdefault((parts[0], parts[1]), []).append(f"+{delta} {parts[2]}")
     return _named([f"{dev} port {port}: {', '.join(p)}" for (dev, port), p in sorted(per.items())])
+
+
+def fabric_moved(fabric: dict[str, Any], gpu_index: dict[str, int]) -> dict[str, Any]:
+    """An observation's fabric counters (namespace -> (start, end)) as the links and ports that moved, for the
+    analysis's ``comm``; None where a namespace was not read."""
+    nvlink, rdma = fabric.get("nvlink"), fabric.get("rdma")
+    return {
+        "links_moved": links_moved(*nvlink, gpu_index) if nvlink else None,
+        "ports_moved": ports_moved(*rdma) if rdma else None,
+    }

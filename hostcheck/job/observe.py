@@ -24,7 +24,7 @@ from typing import Any, Callable
 from hostcheck.child.launch import Launch
 from hostcheck.gather.nvml import GpuSample, NvmlSampler
 from hostcheck.job.dcgm import DcgmRow, DcgmSampler
-from hostcheck.job.links import read_rdma_counters
+from hostcheck.job.links import fabric_moved, read_rdma_counters
 from hostcheck.job.sample import ProcInfo, ProcSample, ProcSampler, Series
 
 #: The folder whose sitecustomize.py loads the hook (started by path: this side never imports it).
@@ -88,6 +88,11 @@ class Observation:
     fabric: dict[str, tuple[dict[str, int], dict[str, int]]] = field(default_factory=dict)
     #: GPU UUID -> NVML index, to name a GPU's links.
     gpu_index: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fabric_moved(self) -> dict[str, Any]:
+        """The NVLinks and RDMA ports whose counters rose during the job (hostcheck.job.links.fabric_moved)."""
+        return fabric_moved(self.fabric, self.gpu_index)
 
 
 def usable_cores() -> int:
