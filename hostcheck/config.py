@@ -123,6 +123,12 @@ class Thresholds:
     rdma_link_downed_rise_fail: int = int(_THRESHOLD_DEFAULTS["rdma_link_downed_rise_fail"])
     #: baseline.E002: memory this fraction away from the baseline's fails (Azure's 5%, LBNL NHC's fudge factor).
     baseline_memory_tolerance: float = float(_THRESHOLD_DEFAULTS["baseline_memory_tolerance"])
+    #: DCGM's NVLink health watch: replay or recovery errors rising by this many per link fail (nvlink.E004).
+    nvlink_replay_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_replay_rise_fail"])
+    nvlink_recovery_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_recovery_rise_fail"])
+    #: CRC errors rising by this many warn, and at this rate per second fail.
+    nvlink_crc_rise_warn: int = int(_THRESHOLD_DEFAULTS["nvlink_crc_rise_warn"])
+    nvlink_crc_rate_fail_per_s: float = float(_THRESHOLD_DEFAULTS["nvlink_crc_rate_fail_per_s"])
 
 
 @dataclass(frozen=True)
@@ -422,6 +428,10 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
             "rdma_error_rise_fail": t.integer("rdma_error_rise_fail", 1, 1 << 31),
             "rdma_link_downed_rise_fail": t.integer("rdma_link_downed_rise_fail", 1, 1 << 31),
             "baseline_memory_tolerance": t.number("baseline_memory_tolerance", 0.001, 0.5),
+            "nvlink_replay_rise_fail": t.integer("nvlink_replay_rise_fail", 1, 1 << 31),
+            "nvlink_recovery_rise_fail": t.integer("nvlink_recovery_rise_fail", 1, 1 << 31),
+            "nvlink_crc_rise_warn": t.integer("nvlink_crc_rise_warn", 1, 1 << 31),
+            "nvlink_crc_rate_fail_per_s": t.number("nvlink_crc_rate_fail_per_s", 0.001, 1e12),
         }
         t.done()
         thresholds = Thresholds(

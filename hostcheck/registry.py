@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-CATEGORIES = ("system", "gpu", "fabric", "torch", "tuning", "workload", "baseline")
+CATEGORIES = ("system", "gpu", "nvlink", "fabric", "torch", "tuning", "workload", "baseline")
 
 
 class Status(str, enum.Enum):

@@ -39,6 +39,9 @@ class GpuRecord:
     matmul_flops_per_second: dict[str, float] = field(default_factory=dict)
     #: Workload copy bandwidth per kind ("h2d_pinned", "d2h_pageable", "device_copy"...), bytes/s.
     copy_bytes_per_second: dict[str, float] = field(default_factory=dict)
+    #: Per NVLink, in link order: "link" and what NVML answered of up, speed_bytes_per_second, version and the
+    #: error counters (replay_errors, recovery_errors, crc_flit_errors, crc_data_errors).
+    nvlinks: tuple[dict[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,7 @@ class GpuRecord:
             "quantities": dict(self.quantities),
             "matmul_flops_per_second": dict(self.matmul_flops_per_second),
             "copy_bytes_per_second": dict(self.copy_bytes_per_second),
+            "nvlinks": [dict(lk) for lk in self.nvlinks],
         }
 
 
@@ -188,6 +192,27 @@ def _item(v: Any, i: int) -> Any:
     return v[i] if isinstance(v, tuple) and len(v) > i else None
 
 
+def _nvlink_quantities(g: Any) -> tuple[dict[str, float], ...]:
+    """Each NVLink's figures, base units (NVML's MB/s are 10^6 bytes/s); a figure NVML did not give is absent."""
+    if g.handle_error is not None or not isinstance(g.nvlinks, tuple):
+        return ()
+    out = []
+    for lk in g.nvlinks:
+        raw = {
+            "up": lk.active,
+            "speed_bytes_per_second": finite_number(lk.speed_mbps, bools=False, scale=1_000_000),
+            "version": lk.version,
+            **{f"{k}_errors": v for k, v in lk.counters().items()},
+        }
+        out.append(
+            {
+                "link": lk.link,
+                **{k: v for k, v in ((k, finite_number(v)) for k, v in raw.items()) if v is not None},
+            }
+        )
+    return tuple(out)
+
+
 def _nvml_quantities(g: Any) -> dict[str, float]:
     if g.handle_error is not None:
         # No handle, so every other field is a default, not a reading: that it is lost is what is known.
@@ -292,6 +317,7 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
                 quantities=q,
                 matmul_flops_per_second=w.get("matmul", {}),
                 copy_bytes_per_second=w.get("copy", {}),
+                nvlinks=_nvlink_quantities(g),
             )
         )
     return tuple(out)

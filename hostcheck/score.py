@@ -1,6 +1,7 @@
 """Readiness score and verdict, computed from results only (never inside a check).
 
-score = round(100 * sum(weight * credit(status)) / sum(weight of non-skipped checks))
+score = round(100 * sum(weight * credit(status)) / sum(weight of non-skipped checks)), 99 at most when any
+check lost credit
 credit: pass 1, warn 0.5, fail 0, error 0; skipped checks are left out of both sums.
 Not ready when any result is at or above the fail level, or the score is below --min-score.
 """
@@ -50,7 +51,8 @@ def score(results: list[Result]) -> int | None:
         den += r.weight
     if den == 0:
         return None
-    return round(100 * num / den)
+    # 100 only when nothing lost credit: with many checks one warning would otherwise round up to 100.
+    return min(round(100 * num / den), 99 if num < den else 100)
 
 
 def verdict(results: list[Result], fail_level: str = "fail", min_score: int = 0, top: int = 3) -> Verdict:

@@ -19,7 +19,7 @@ from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HardwareSnapshot, gather_hardware
 from hostcheck.gather.hardware import counters_of as hardware_counters
 from hostcheck.gather.inventory import NodeInventory, gather_inventory
-from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml
+from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml, nvlink_counters
 from hostcheck.gather.rdma import RdmaSnapshot, gather_rdma
 from hostcheck.gather.rdma import counters_of as rdma_counters
 from hostcheck.gather.system import SystemSnapshot, gather_system
@@ -245,6 +245,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             for g in (nv.gpus if isinstance(nv, NvmlSnapshot) else ())
             if isinstance(g.uuid, str) and isinstance(g.pcie_replays, int)
         }
+        links = nvlink_counters(nv.gpus if isinstance(nv, NvmlSnapshot) else ())
         results["hardware"] = _timed(
             "hardware",
             lambda: gather_hardware(
@@ -254,6 +255,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 replays=replays,
                 now=now,
                 state=state,
+                nvlink=links,
             ),
             options.gather_timeout_s,
             lambda u: HardwareSnapshot(

@@ -17,6 +17,36 @@ class GpuProcess:
     used_bytes: int | None
 
 
+#: nvmlNvLinkErrorCounter_t (nvml.h): the data-link error counters read per link, by the names hostcheck keeps.
+NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU as NVML answers it; each field is a value or why it is missing."""
+
+    link: int
+    #: nvmlDeviceGetNvLinkState: True when NVML_FEATURE_ENABLED (the link is up).
+    active: Val = None
+    #: nvmlDeviceGetNvLinkVersion: an nvmlNvlinkVersion_t (an enum, not the NVLink generation: see NVLINK_VERSIONS).
+    version: Val = None
+    #: nvmlDeviceGetNvLinkRemotePciInfo, as sysfs writes bus ids (``0000:05:00.0``).
+    remote_bus_id: Val = None
+    #: nvmlDeviceGetNvLinkRemoteDeviceType: nvmlIntNvLinkDeviceType_t (0 GPU, 1 IBM NPU, 2 NVSwitch, 255 unknown).
+    remote_type: Val = None
+    #: NVML_FI_DEV_NVLINK_GET_SPEED for this link (scopeId = link): MB/s.
+    speed_mbps: Val = None
+    #: nvmlDeviceGetNvLinkErrorCounter, since the driver loaded.
+    replay: Val = None
+    recovery: Val = None
+    crc_flit: Val = None
+    crc_data: Val = None
+
+    def counters(self) -> dict[str, int]:
+        """The error counters NVML answered, by name."""
+        return {k: v for k, _ in NVLINK_COUNTERS if isinstance(v := getattr(self, k), int)}
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     index: int
@@ -44,6 +74,8 @@ class GpuInfo:
     numa_node: Val = None
     #: Active NVLink links; 0 = none (PCIe only).
     nvlink_active: Val = None
+    #: Every NVLink NVML lists (links 0 to 17), up or not; () on a GPU without NVLink; None when not read.
+    nvlinks: Val = None
     processes: Val = ()
     #: NVML fabric probe (Hopper and later): (state, status), NVML_GPU_FABRIC_STATE_* and an NVML return code.
     fabric: Val = None
@@ -74,6 +106,11 @@ class GpuInfo:
             v = getattr(self, f.name)
             if isinstance(v, Unavailable) and v.kind == GPU_LOST:
                 return v
+        for link in self.nvlinks if isinstance(self.nvlinks, tuple) else ():
+            for f in fields(link):
+                v = getattr(link, f.name)
+                if isinstance(v, Unavailable) and v.kind == GPU_LOST:
+                    return v
         return None
 
 

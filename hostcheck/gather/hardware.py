@@ -88,6 +88,8 @@ class HardwareSnapshot:
     ras_mce: dict[str, int] | Unavailable | None = None
     #: NVML's PCIe replay counter per GPU (uuid -> count), as handed over from the NVML snapshot.
     replays: dict[str, int] = field(default_factory=dict)
+    #: NVML's NVLink error counters, "<GPU UUID>.<link>.<counter>" -> count (nvlink.E004 judges the rise).
+    nvlink: dict[str, int] = field(default_factory=dict)
     state: CounterState = field(default_factory=CounterState)
     taken_at: float = 0.0
 
@@ -322,6 +324,8 @@ def counters_of(snap: HardwareSnapshot) -> dict[str, dict[str, int]]:
             out["dstate"][blocked_key(t) + ".since"] = int(since if since is not None else snap.taken_at)
     if snap.replays:
         out["pcie_replay"] = dict(snap.replays)
+    if snap.nvlink:
+        out["nvlink"] = dict(snap.nvlink)
     return out
 
 
@@ -333,6 +337,7 @@ def gather_hardware(
     replays: dict[str, int] | None = None,
     now: float | None = None,
     state: CounterState | None = None,
+    nvlink: dict[str, int] | None = None,
 ) -> HardwareSnapshot:
     """Read everything, compare nothing (the checks do). ``state``: the last run's counters, loaded once by
     hostcheck.gather.gather, which saves this run's once with every other namespace; without it (a caller of its
@@ -350,6 +355,7 @@ def gather_hardware(
         log_source=source,
         ras_mce=read_ras(runner),
         replays=dict(replays or {}),
+        nvlink=dict(nvlink or {}),
         state=state if state is not None else load_state(state_file),
         taken_at=taken_at,
     )

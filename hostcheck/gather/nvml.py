@@ -1,6 +1,10 @@
 """Per-GPU health through NVML (module ``pynvml`` from nvidia-ml-py), every call's failure kept as a value.
 
-``gather_nvml(nvml=...)`` takes the module as a parameter so tests pass a fake one. :class:`NvmlSampler` reads
+``gather_nvml(nvml=...)`` takes the module as a parameter so tests pass a fake one. Every NVLink is read per link
+(state, version, remote end, speed, error counters) in the same pass.
+
+Why one module: one NVML session and one mapping of NVML's return codes serve every per-GPU figure, the
+NVLinks and the job's sampler included; split, each part would need the session and the mapping passed in. :class:`NvmlSampler` reads
 the changing figures (utilisation, memory, PCIe throughput, power, clocks, and on Hopper and later GPUs the GPM
 metrics SM activity and SM occupancy) again and again for ``hostcheck job``.
 """
@@ -25,17 +29,29 @@ from hostcheck.gather.base import (
     Unavailable,
     read_text,
 )
-from hostcheck.gather.gpuinfo import GpuInfo, GpuProcess, NvmlSnapshot, Val, as_text, normalise_bus_id
+from hostcheck.gather.gpuinfo import (
+    NVLINK_COUNTERS,
+    GpuInfo,
+    GpuProcess,
+    NvLink,
+    NvmlSnapshot,
+    Val,
+    as_text,
+    normalise_bus_id,
+)
 from hostcheck.gather.smi import gather_smi
 
 __all__ = [
     "GpuInfo",
     "GpuProcess",
     "GpuSample",
+    "NvLink",
     "NvmlSampler",
     "NvmlSnapshot",
     "gather_nvml",
     "normalise_bus_id",
+    "nvlink_counters",
+    "nvlink_key",
     "nvml_unavailable",
 ]
 
@@ -193,6 +209,7 @@ def _gather_gpu(nvml: Any, i: int, proc_name: Callable[[int], str]) -> GpuInfo:
         numa = int(sysfs.strip()) if isinstance(sysfs, str) and sysfs.strip().lstrip("-").isdigit() else numa
     dbe = get("nvmlDeviceGetRetiredPages", 1)  # NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
     sbe = get("nvmlDeviceGetRetiredPages", 0)
+    nvlink_active, nvlinks = _nvlinks(nvml, h)
     procs_raw = get("nvmlDeviceGetComputeRunningProcesses")
     procs: Val
     if isinstance(procs_raw, Unavailable):
@@ -231,7 +248,8 @@ def _gather_gpu(nvml: Any, i: int, proc_name: Callable[[int], str]) -> GpuInfo:
         slowdown_temperature_c=get("nvmlDeviceGetTemperatureThreshold", 1),  # THRESHOLD_SLOWDOWN
         persistence_mode=_bool(pm),
         numa_node=numa,
-        nvlink_active=_nvlinks(nvml, h),
+        nvlink_active=nvlink_active,
+        nvlinks=nvlinks,
         processes=procs,
         fabric=_fabric(nvml, h),
         vbios=as_text(get("nvmlDeviceGetVbiosVersion")),
@@ -273,24 +291,112 @@ def _mig(v: Val) -> Val:
 
 #: NVML_NVLINK_MAX_LINKS (nvml.h): links are numbered 0 to 17.
 NVLINK_MAX_LINKS = 18
+#: NVML field NVML_FI_DEV_NVLINK_GET_SPEED (nvml.h): a link's speed in MB/s, the link in the field's scopeId.
+FI_NVLINK_GET_SPEED = 164
+#: No link runs faster than this (MB/s): a larger answer is not a speed.
+NVLINK_MAX_MBPS = 1_000_000
 
 
-def _nvlinks(nvml: Any, h: Any) -> Val:
-    """Active NVLink links: a link whose state is NVML_FEATURE_ENABLED (1). No answer for link 0 means the GPU
-    has none (0; NOT_SUPPORTED on a PCIe-only GPU) unless the GPU is lost; no answer for a later link ends the
-    count."""
+def _nvlinks(nvml: Any, h: Any) -> tuple[Val, Val]:
+    """(active links, every link) from one pass over the links. A link is up when nvmlDeviceGetNvLinkState says
+    NVML_FEATURE_ENABLED (1). NOT_SUPPORTED for link 0 means the GPU has none (0 and (): a PCIe-only GPU); another
+    error there leaves the links unknown (the count 0, or the error when the GPU is lost); no answer for a later
+    link ends the list."""
     fn = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
     if fn is None:
-        return Unavailable(NOT_SUPPORTED, "nvmlDeviceGetNvLinkState not in this nvidia-ml-py")
-    n = 0
+        why = Unavailable(NOT_SUPPORTED, "nvmlDeviceGetNvLinkState not in this nvidia-ml-py")
+        return why, why
+    states: list[tuple[int, bool]] = []
     for link in range(NVLINK_MAX_LINKS):
         state = _call(fn, h, link)
         if isinstance(state, Unavailable):
-            if link == 0:
-                return state if state.kind == GPU_LOST else 0
+            if link == 0 and state.kind == GPU_LOST:
+                return state, state
+            if link == 0 and state.kind != NOT_SUPPORTED:
+                return 0, state  # the count has always read 0 here; the links say why they are unknown
             break
-        n += int(state) == 1
-    return n
+        states.append((link, int(state) == 1))
+    speeds = _nvlink_speeds(nvml, h, [link for link, _ in states])
+    links = tuple(_nvlink(nvml, h, link, up, speeds[link]) for link, up in states)
+    return sum(up for _, up in states), links
+
+
+def nvlink_key(uuid: str, link: int, counter: str) -> str:
+    """How an NVLink error counter is named in the counter state (namespace "nvlink") and the job doctor."""
+    return f"{uuid}.{link}.{counter}"
+
+
+def nvlink_counters(gpus: Any) -> dict[str, int]:
+    """Every NVLink error counter NVML answered, by :func:`nvlink_key`; GPUs without a UUID are left out."""
+    out: dict[str, int] = {}
+    for g in gpus:
+        if not isinstance(g.uuid, str) or not isinstance(g.nvlinks, tuple):
+            continue
+        for lk in g.nvlinks:
+            for name, value in lk.counters().items():
+                out[nvlink_key(g.uuid, lk.link, name)] = value
+    return out
+
+
+def _nvlink(nvml: Any, h: Any, link: int, up: bool, speed: Val) -> NvLink:
+    def get(name: str, *args: Any) -> Val:
+        fn = getattr(nvml, name, None)
+        if fn is None:
+            return Unavailable(NOT_SUPPORTED, f"{name} not in this nvidia-ml-py")
+        return _call(fn, h, link, *args)
+
+    remote = get("nvmlDeviceGetNvLinkRemotePciInfo")
+    counters = {k: _count(get("nvmlDeviceGetNvLinkErrorCounter", code)) for k, code in NVLINK_COUNTERS}
+    return NvLink(
+        link=link,
+        active=up,
+        version=_count(get("nvmlDeviceGetNvLinkVersion")),
+        remote_bus_id=remote
+        if isinstance(remote, Unavailable)
+        else normalise_bus_id(getattr(remote, "busId", "")),
+        remote_type=_count(get("nvmlDeviceGetNvLinkRemoteDeviceType")),
+        speed_mbps=speed,
+        **counters,
+    )
+
+
+def _count(v: Val) -> Val:
+    """A non-negative integer answer, or why there is none."""
+    if isinstance(v, Unavailable):
+        return v
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        return Unavailable(ERROR, f"NVML answered {str(v)[:40]}")
+    return v
+
+
+def _nvlink_speeds(nvml: Any, h: Any, links: list[int]) -> dict[int, Val]:
+    """Each link's NVML_FI_DEV_NVLINK_GET_SPEED in one nvmlDeviceGetFieldValues call ((field, scope) pairs)."""
+    fn = getattr(nvml, "nvmlDeviceGetFieldValues", None)
+    if fn is None:
+        return dict.fromkeys(
+            links, Unavailable(NOT_SUPPORTED, "nvmlDeviceGetFieldValues not in this nvidia-ml-py")
+        )
+    if not links:
+        return {}
+    try:
+        values = list(fn(h, [(FI_NVLINK_GET_SPEED, link) for link in links]))
+    except TypeError:  # an nvidia-ml-py that takes no (field, scope) pairs
+        return dict.fromkeys(links, Unavailable(NOT_SUPPORTED, "this nvidia-ml-py takes no scoped field ids"))
+    except Exception as exc:
+        return dict.fromkeys(links, nvml_unavailable(exc))
+    out: dict[int, Val] = {}
+    for i, link in enumerate(links):
+        v = values[i] if i < len(values) else None
+        ret = getattr(v, "nvmlReturn", None)
+        if ret != 0:
+            code = ret if isinstance(ret, int) else 999
+            kind, words = _NVML_ERRORS.get(code, (ERROR, f"NVML return code {code}"))
+            out[link] = Unavailable(kind, f"NVLink speed: {words}")
+            continue
+        mbps = getattr(getattr(v, "value", None), "uiVal", None)
+        ok = isinstance(mbps, int) and not isinstance(mbps, bool) and 0 <= mbps <= NVLINK_MAX_MBPS
+        out[link] = mbps if ok else Unavailable(ERROR, f"NVLink speed: NVML answered {str(mbps)[:40]}")
+    return out
 
 
 def _fabric(nvml: Any, h: Any) -> Val:
@@ -461,6 +567,18 @@ class NvmlSampler:
                 )
             )
         return tuple(out)
+
+    def nvlink_counters(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Every NVLink error counter now (keys: :func:`nvlink_key`) and each GPU's UUID -> index; ({}, {})
+        without NVML. ``hostcheck job`` reads them at the job's start and end (hostcheck.job.links)."""
+        if self.error is not None:
+            return {}, {}
+        gpus = []
+        for i, h in enumerate(self.handles):
+            uuid = as_text(self._get("nvmlDeviceGetUUID", h))
+            if h is not None and isinstance(uuid, str):
+                gpus.append(GpuInfo(index=i, uuid=uuid, nvlinks=_nvlinks(self._nvml, h)[1]))
+        return nvlink_counters(gpus), {g.uuid: g.index for g in gpus}
 
     def processes(self) -> dict[int, tuple[int, ...]]:
         """GPU index -> the pids running compute work on it (as the host numbers them)."""

@@ -1,8 +1,8 @@
 """Counters kept between runs, so a check can say "rising since the last run".
 
 One small JSON file (``/var/lib/hostcheck/state.json`` by default; ``--state-file`` or ``[hardware] state_file``)
-holds the last value of every counter, grouped by namespace (``edac``, ``aer``, ``pcie_replay``, ``dstate``; the
-fabric's port counters can add theirs). Anyone with root could have put anything there, so it is read through the
+holds the last value of every counter, grouped by namespace (``edac``, ``aer``, ``pcie_replay``, ``dstate``,
+``nvlink``; the fabric's port counters can add theirs). Anyone with root could have put anything there, so it is read through the
 one bounded reader (:func:`hostcheck.gather.facts.read_fact`: no FIFO, no device, no endless file) and written
 through the one atomic writer (:func:`hostcheck.outfile.write_atomic`). A state that cannot be read is no history
 (the run records a baseline and says why); one that cannot be written is kept as an error for system.E010 to

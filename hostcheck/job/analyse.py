@@ -526,7 +526,7 @@ def analyse(
         gpus=_gpus(obs, s0, s1),
         gpu_error=obs.gpu_error,
         dcgm_error=obs.dcgm_error,
-        comm=_comm(ranks, {p.pid: p for p in ranks_p}),
+        comm={**_comm(ranks, {p.pid: p for p in ranks_p}), **obs.fabric_moved},
         errors=tuple(errors),
         data_dirs=tuple(_dir_dict(d) for d in data_dirs),
         timeline=_timeline(obs, ranks_p, times),

@@ -569,7 +569,8 @@ def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
                     "check the interconnect (hostcheck's workload.E013 all_reduce bus bandwidth); DDP("
                     "gradient_as_bucket_view=True, bucket_cap_mb=...), model.no_sync() under gradient "
                     "accumulation, a larger batch per GPU",
-                )
+                ),
+                *_fabric_errors(a),
             ],
             f"communication-bound: communication took {pct(comm)} of the loop",
         )
@@ -597,6 +598,23 @@ def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
             "  ", " "
         ),
     )
+
+
+def _fabric_errors(a: Analysis) -> list[Cause]:
+    """The NVLinks and RDMA ports whose error counters rose during the job (hostcheck.job.links), as a cause."""
+    links, ports = a.comm.get("links_moved") or [], a.comm.get("ports_moved") or []
+    if not links and not ports:
+        return []
+    named = [f"NVLink {x}" for x in links] + [f"RDMA {x}" for x in ports]
+    return [
+        Cause(
+            "link-errors",
+            "error counters rose during the job on " + "; ".join(named),
+            "a link that retries or retrains carries less: run hostcheck on the node (nvlink.E001-E004 judge the "
+            "NVLinks; 'nvidia-smi nvlink -e' and the ports' counters under /sys/class/infiniband show them), "
+            "drain it if they keep rising",
+        )
+    ]
 
 
 def _idle_causes(a: Analysis) -> list[Cause]:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from hostcheck.child.launch import Launch
 from hostcheck.gather.nvml import GpuSample, NvmlSampler
 from hostcheck.job.dcgm import DcgmRow, DcgmSampler
+from hostcheck.job.links import fabric_moved, read_rdma_counters
 from hostcheck.job.sample import ProcInfo, ProcSample, ProcSampler, Series
 
 #: The folder whose sitecustomize.py loads the hook (started by path: this side never imports it).
@@ -82,6 +83,16 @@ class Observation:
     #: node has no dcgmi at all).
     dcgm_samples: tuple[tuple[float, DcgmRow], ...] = ()
     dcgm_error: str | None = None
+    #: The fabric's error counters at the job's start and end (hostcheck.job.links): "nvlink" and "rdma" ->
+    #: (start, end) maps; a namespace that could not be read is absent.
+    fabric: dict[str, tuple[dict[str, int], dict[str, int]]] = field(default_factory=dict)
+    #: GPU UUID -> NVML index, to name a GPU's links.
+    gpu_index: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fabric_moved(self) -> dict[str, Any]:
+        """The NVLinks and RDMA ports whose counters rose during the job (hostcheck.job.links.fabric_moved)."""
+        return fabric_moved(self.fabric, self.gpu_index)
 
 
 def usable_cores() -> int:
@@ -125,6 +136,7 @@ def observe(
     nvml_factory: Callable[[], NvmlSampler] = NvmlSampler,
     env: dict[str, str] | None = None,
     dcgm_factory: Callable[[float], DcgmSampler] = DcgmSampler,
+    host_root: str = "/",
 ) -> Observation:
     """Run ``argv`` with the hook, sample it, end it (see the module's docstring)."""
     started_wall = time.time()
@@ -161,6 +173,8 @@ def observe(
             **not_started, t_end=time.monotonic(), exit_code=130, ended_by="not-started", error="interrupted"
         )
     stop = threading.Event()
+    rdma_start = read_rdma_counters(host_root)
+    fabric: dict[str, Any] = {}
     procs = ProcSampler(p.pid)
     gpu_series = Series()
     gpu_pids: dict[int, set[int]] = {}
@@ -175,6 +189,8 @@ def observe(
         nvml = nvml_box["nvml"]
         if nvml.error is not None:
             raise _NoNvml(nvml.error.reason)
+        if n == 0:
+            fabric["nvlink_start"] = _nvlink_counters(nvml)
         gpu_series.append((now, nvml.sample(pcie=n % PCIE_EVERY == 0)))
         if n % GPU_PROCS_EVERY == 0:
             for gpu, pids in nvml.processes().items():
@@ -219,7 +235,10 @@ def observe(
         launch.end()
         nvml = nvml_box.get("nvml")
         if nvml is not None:
+            if "nvlink_start" in fabric and nvml.error is None:
+                fabric["nvlink_end"] = _nvlink_counters(nvml)
             nvml.close()
+        rdma_end = read_rdma_counters(host_root) if rdma_start else {}
         dcgm = dcgm_box.get("dcgm")
         if dcgm is not None:
             dcgm.close()
@@ -259,7 +278,28 @@ def observe(
         sampler_error=proc_loop.error,
         dcgm_samples=tuple(dcgm_series.items),
         dcgm_error=dcgm_error,
+        fabric=_fabric(fabric, rdma_start, rdma_end),
+        gpu_index=dict(fabric.get("nvlink_start", ({}, {}))[1]),
     )
+
+
+def _nvlink_counters(nvml: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """The sampler's NVLink counters; ({}, {}) from a sampler without them or whose read failed."""
+    try:
+        return nvml.nvlink_counters()
+    except Exception:  # a sampler's defect must not end the job or the report
+        return {}, {}
+
+
+def _fabric(
+    nvlink: dict[str, Any], rdma_start: dict[str, int], rdma_end: dict[str, int]
+) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+    out = {}
+    if nvlink.get("nvlink_start", ({},))[0] and "nvlink_end" in nvlink:
+        out["nvlink"] = (nvlink["nvlink_start"][0], nvlink["nvlink_end"][0])
+    if rdma_start:
+        out["rdma"] = (rdma_start, rdma_end)
+    return out
 
 
 class _NoNvml(Exception):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import hostcheck_scenarios as S
 import pytest
-from hostcheck.core import evaluate
 
 from hostcheck import command
 from hostcheck.checks import all_checks
+from hostcheck.core import evaluate
 from hostcheck.gather.base import TIMEOUT, CmdResult, Unavailable, run_cmd
 from hostcheck.gather.dcgm import (
     FAIL,

@@ -61,7 +61,14 @@ def test_passive_never_starts_the_training_python_and_ends_well_inside_its_deadl
     took = time.monotonic() - t0
     doc = json.loads(capsys.readouterr().out)
     assert rc in (0, 1) and not mark.exists()
-    assert {c["category"] for c in doc["checks"]} <= {"system", "gpu", "fabric", "tuning", "baseline"}
+    assert {c["category"] for c in doc["checks"]} <= {
+        "system",
+        "gpu",
+        "nvlink",
+        "fabric",
+        "tuning",
+        "baseline",
+    }
     assert took < PROFILES["passive"].deadline_s / 2
 
 

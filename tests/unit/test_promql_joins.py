@@ -51,6 +51,10 @@ EXPECTED: dict[str, list[tuple[dict[str, str], float]]] = {
     "DCGM_FI_DEV_SM_CLOCK * on (UUID) group_left() hostcheck_gpu_info": [(DCGM_GPU0, 139)],
     "DCGM_FI_DEV_SM_CLOCK * on (hostname, device) group_left() hostcheck_gpu_info": [(DCGM_GPU0, 139)],
     "DCGM_FI_DEV_SM_CLOCK unless on (hostname, device) hostcheck_gpu_info": [],
+    # Per-link series (labels gpu, UUID, ..., link) summed per GPU meet DCGM's per-GPU NVLink total.
+    'sum by (UUID) (hostcheck_gpu_nvlink_errors{counter="crc_flit"}) - on (UUID) '
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": [({"UUID": UUID}, 0)],
+    "(hostcheck_gpu_nvlink_up == 0) * on (UUID) group_left(modelName) hostcheck_gpu_info": [],
 }
 
 
@@ -64,9 +68,9 @@ def docs_joins() -> list[str]:
     return [e for e in exprs if "DCGM_" in e or "group_left(" in e]
 
 
-def hostcheck_series(host: str = HOST) -> list[tuple[str, dict[str, str], float]]:
+def hostcheck_series(host: str = HOST, nvml=None) -> list[tuple[str, dict[str, str], float]]:
     """hostcheck's textfile for one healthy GPU named as the sample's, parsed, with node_exporter's labels."""
-    snap = S.make_snapshot()
+    snap = S.make_snapshot(nvml=nvml)
     results, v = evaluate(snap, [c for c in all_checks() if c.category != "workload"])
     report = build_report(snap, results, v, started=0.0, when="2026-05-01T12:00:00+00:00")
     gpu0 = dataclasses.replace(gpu_records(snap)[0], name="NVIDIA T400 4GB")
@@ -76,8 +80,9 @@ def hostcheck_series(host: str = HOST) -> list[tuple[str, dict[str, str], float]
 
 
 def parse(text: str, scrape: dict[str, str]) -> list[tuple[str, dict[str, str], float]]:
+    # prometheus_client names a counter's sample <family>_total; Prometheus keeps the name the exporter wrote.
     return [
-        (s.name, {**s.labels, **scrape}, s.value)
+        (s.name if s.name in text else fam.name, {**s.labels, **scrape}, s.value)
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     ]
@@ -149,3 +154,21 @@ def test_without_hostname_and_device_the_node_and_device_joins_find_nothing(tmp_
     assert run_promtool(tmp_path, series, {k: v for k, v in EXPECTED.items() if "UUID" in k}).returncode == 0
     for expr in (e for e in EXPECTED if "hostname" in e):
         assert run_promtool(tmp_path, series, {expr: EXPECTED[expr]}).returncode != 0, expr
+
+
+def test_the_nvlink_joins_name_the_link_that_is_down_and_the_errors_dcgm_has_not_counted(tmp_path):
+    """Faults planted on GPU 0: link 7 down and 5 CRC flit errors on link 2 that DCGM's total (0) lacks."""
+    fake = S.FakeNvml(gpus=S.gpus_with(0, nvlink_down=(7,), nvlink_errors={(2, "crc_flit"): 5}))
+    series = hostcheck_series(nvml=fake) + parse(DCGM.read_text(), DCGM_EXPORTER)
+    down = next(
+        labels for n, labels, _ in series if n == "hostcheck_gpu_nvlink_up" and labels.get("link") == "7"
+    )
+    cases = {
+        'sum by (UUID) (hostcheck_gpu_nvlink_errors{counter="crc_flit"}) - on (UUID) '
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": [({"UUID": UUID}, 5)],
+        "(hostcheck_gpu_nvlink_up == 0) * on (UUID) group_left(modelName) hostcheck_gpu_info": [
+            ({**down, "modelName": "NVIDIA T400 4GB"}, 0)
+        ],
+    }
+    done = run_promtool(tmp_path, series, cases)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -108,6 +108,17 @@ GPU_QUANTITIES: dict[str, tuple[str, dict[str, str]]] = {
     "d2h_pinned_peer_ratio": ("hostcheck_gpu_peer_ratio", {"figure": "d2h_pinned"}),
 }
 
+#: GpuRecord.nvlinks key -> (metric family, extra labels): per-link series, dcgm-exporter's GPU labels plus link.
+NVLINK_QUANTITIES: dict[str, tuple[str, dict[str, str]]] = {
+    "up": ("hostcheck_gpu_nvlink_up", {}),
+    "speed_bytes_per_second": ("hostcheck_gpu_nvlink_speed_bytes_per_second", {}),
+    "version": ("hostcheck_gpu_nvlink_version", {}),
+    "replay_errors": ("hostcheck_gpu_nvlink_errors", {"counter": "replay"}),
+    "recovery_errors": ("hostcheck_gpu_nvlink_errors", {"counter": "recovery"}),
+    "crc_flit_errors": ("hostcheck_gpu_nvlink_errors", {"counter": "crc_flit"}),
+    "crc_data_errors": ("hostcheck_gpu_nvlink_errors", {"counter": "crc_data"}),
+}
+
 HELP = {
     "hostcheck_check_info": "A check's title and category (value 1).",
     "hostcheck_check_status": "Check status: 0 pass, 1 warn, 2 fail, 3 error, -1 skip.",
@@ -134,6 +145,11 @@ HELP = {
     "hostcheck_gpu_pcie_link_generation": "PCIe link generation, current and maximum.",
     "hostcheck_gpu_pcie_link_width_lanes": "PCIe link width in lanes, current and maximum.",
     "hostcheck_gpu_nvlink_active_links": "Active NVLink links (0: none, PCIe only).",
+    "hostcheck_gpu_nvlink_up": "1 when this NVLink is up (NVML link state; nvlink.E001).",
+    "hostcheck_gpu_nvlink_speed_bytes_per_second": "This NVLink's speed (NVML_FI_DEV_NVLINK_GET_SPEED; nvlink.E002).",
+    "hostcheck_gpu_nvlink_version": "This NVLink's NVML version enum (nvmlNvlinkVersion_t: 6 is NVLink 4.0).",
+    "hostcheck_gpu_nvlink_errors": "NVLink error counter since the driver loaded, by counter: replay, recovery, "
+    "crc_flit, crc_data (nvlink.E004 judges the rise per run; sum by UUID to join DCGM's *_ERROR_COUNT_TOTAL).",
     "hostcheck_gpu_clock_event_reasons": "NVML clock event (throttle) reasons bitmask (nvmlClocksEventReason*).",
     "hostcheck_gpu_persistence_mode_enabled": "1 when persistence mode is on.",
     "hostcheck_gpu_fabric_state": "NVML fabric state: 0 not supported, 1 not started, 2 in progress, 3 completed.",
@@ -220,6 +236,11 @@ def render_prometheus(report: Report, last_success: float | None = None) -> str:
             out.add("hostcheck_gpu_matmul_flops_per_second", {**_gpu_labels(g, host), "dtype": dtype}, value)
         for kind, value in g.copy_bytes_per_second.items():
             out.add("hostcheck_gpu_copy_bytes_per_second", {**_gpu_labels(g, host), "copy": kind}, value)
+        for lk in g.nvlinks:
+            for key, value in lk.items():
+                if key in NVLINK_QUANTITIES:
+                    name, extra = NVLINK_QUANTITIES[key]
+                    out.add(name, {**_gpu_labels(g, host), "link": str(lk["link"]), **extra}, value)
     for p in report.ports:
         labels = _port_labels(p, host)
         out.add("hostcheck_rdma_port_info", {**labels, "link_layer": p.link_layer, "state": p.state}, 1)

@@ -245,6 +245,60 @@ def allreduce_line(name: str | None, gpus: int) -> AllReduceLine | None:
     return ALLREDUCE.get((sku.key, gpus)) if sku is not None else None
 
 
+@dataclass(frozen=True)
+class NvLinkLine:
+    """nvlink.E001/E002's line for one SKU: NVLinks per GPU and each link's speed (MB/s, NVML's figure)."""
+
+    sku: str
+    links: int
+    link_mbps: int
+    source: str
+
+
+def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
+    """The data file's NVLink lines by SKU key; ValueError naming the row. Only public lines: they can fail."""
+    try:
+        block = json.loads(path.read_text()).get("nvlink") or {"rows": []}
+        _need(
+            isinstance(block, dict) and isinstance(block.get("rows"), list), "nvlink", "an object with rows"
+        )
+        out: dict[str, NvLinkLine] = {}
+        for i, row in enumerate(block["rows"]):
+            where = f"nvlink.rows[{i}]"
+            _need(isinstance(row, dict), where, "a row is an object")
+            _need(row.get("sku") in keys, where, f"sku must be a key of skus, not {row.get('sku')!r}")
+            for k in ("links", "link_mbps"):
+                v = row.get(k)
+                _need(
+                    isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                    where,
+                    f"{k}: a positive integer",
+                )
+            _need(
+                row.get("basis") == "public", where, "basis must be public (a line that fails needs a source)"
+            )
+            _need(
+                str(row.get("source", "")).startswith("https://") and _text(row.get("why")),
+                where,
+                "source, why",
+            )
+            _need(row["sku"] not in out, where, "duplicate SKU")
+            out[row["sku"]] = NvLinkLine(row["sku"], row["links"], row["link_mbps"], row["source"])
+    except (AttributeError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    return out
+
+
+#: SKU key -> its NVLink line (nvlink.E001, E002); only the rows the data file names.
+NVLINK = _nvlink(DATA_PATH, {s.key for _, s in SKUS})
+
+
+def nvlink_line(name: str | None) -> NvLinkLine | None:
+    """The NVLink line for a GPU named ``name``, or None (no row: never extrapolated)."""
+    sku = lookup(name)
+    return NVLINK.get(sku.key) if sku is not None else None
+
+
 def lookup(name: str | None) -> Sku | None:
     """The built-in SKU entry for a device name from NVML or torch, or None when unknown (no verdict)."""
     if not name or not isinstance(name, str):
