@@ -8,49 +8,27 @@ plain ``name -> count`` dictionaries, so a fuller port gatherer can hand its own
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from hostcheck.gather.base import read_text
+from hostcheck.gather.rdma import ERROR_COUNTERS, read_devices
 
-#: The port counters read (the kernel's sysfs ABI, Documentation/ABI/stable/sysfs-class-infiniband): errors and
-#: link events only, a few small files per port.
-RDMA_COUNTERS = (
-    "symbol_error",
-    "link_error_recovery",
-    "link_downed",
-    "port_rcv_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-    "port_xmit_discards",
-)
-#: At most this many devices and ports per device are read: a node has a few, never hundreds.
-MAX_DEVICES, MAX_PORTS = 32, 8
 #: Links and ports named one by one; the rest are counted.
 NAMED = 8
 
 
-def _listdir(path: str, limit: int) -> list[str]:
-    try:
-        names = sorted(os.listdir(path))
-    except OSError:
-        return []
-    return [n for n in names if n and not n.startswith(".")][:limit]
-
-
 def read_rdma_counters(root: str = "/") -> dict[str, int]:
-    """``<device>/<port>/<counter> -> count`` for every RDMA port under ``root``; {} without any. Each file goes
-    through the one bounded reader (no FIFO, no device, at most a page)."""
-    base = os.path.join(root, "sys", "class", "infiniband")
-    out: dict[str, int] = {}
-    for dev in _listdir(base, MAX_DEVICES):
-        ports = os.path.join(base, dev, "ports")
-        for port in _listdir(ports, MAX_PORTS):
-            for name in RDMA_COUNTERS:
-                text = read_text(os.path.join(ports, port, "counters", name), 64)
-                if isinstance(text, str) and text.strip().isdigit():
-                    out[f"{dev}/{port}/{name}"] = int(text.strip())
-    return out
+    """``<device>/<port>/<counter> -> count`` of every RDMA port's error counters under ``root`` (the fabric
+    gatherer's reader and counter list: GCM's twelve); {} without any."""
+    devices = read_devices(root)
+    if not isinstance(devices, tuple):
+        return {}
+    return {
+        f"{d.name}/{p.port}/{name}": p.counters[name]
+        for d in devices
+        for p in d.ports
+        for name in ERROR_COUNTERS
+        if name in p.counters
+    }
 
 
 def moved(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
