@@ -23,6 +23,7 @@ from hostcheck import SCHEMA_VERSION, config, gather, slurm
 from hostcheck.argtypes import duration, positive, seconds
 from hostcheck.checks import all_checks
 from hostcheck.child.launch import kill_all, python_arg, reopen
+from hostcheck.exitcodes import EXIT_NOT_READY, EXIT_OK, EXIT_USAGE
 from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import paths_error, write_report
 from hostcheck.profiles import DEFAULT_PROFILE, PROFILES, merge_section_args, workload_args
@@ -34,8 +35,6 @@ from hostcheck.render.summary import render_summary
 from hostcheck.render.text import render_list, render_text
 from hostcheck.report import Report, gpu_records, host_info, now_iso, versions
 from hostcheck.score import FAIL_LEVELS, Verdict, verdict
-
-EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 
 SUMMARY = "check this node and print a readiness score (the default command)"
 DESCRIPTION = (
@@ -228,7 +227,7 @@ def build_report(
         versions=versions(snapshot),
         time=when,
         duration_s=time.monotonic() - started,
-        exit_code=EXIT_READY if v.ready else EXIT_NOT_READY,
+        exit_code=EXIT_OK if v.ready else EXIT_NOT_READY,
         gpus=gpu_records(snapshot),
         profile=profile,
     )
@@ -268,9 +267,9 @@ def run(args: argparse.Namespace) -> int:
                 for c in checks
             ]
             sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "checks": rows}, indent=2) + "\n")
-            return EXIT_READY
+            return EXIT_OK
         sys.stdout.write(render_list(checks))
-        return EXIT_READY
+        return EXIT_OK
     if not checks:
         raise ArgumentError(None, "no checks selected")
     if args.expect_gpus is not None and args.expect_gpus < 0:

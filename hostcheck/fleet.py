@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from hostcheck import config, fleet_peers, infile
+from hostcheck.exitcodes import EXIT_NOT_READY, EXIT_OK, EXIT_USAGE
 from hostcheck.outfile import paths_error, write_report
 from hostcheck.registry import Status
 from hostcheck.render.markdown import md_cell
 from hostcheck.schema import report_schema, type_errors
 
 FAILING = (Status.FAIL, Status.ERROR)
-EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 #: A node's report is tens of KiB (a few hundred with every GPU's figures): past this it is not one.
 MAX_REPORT_BYTES = 8 << 20
 PAGES = ("fleet.md", "fleet.html", "fleet-peers.json", "fleet-peers.prom")
@@ -321,4 +321,4 @@ def run(args: argparse.Namespace) -> int:
             "slower than their fleet peers: "
             + "; ".join(f"{_plain(o.host)} {_plain(o.text())}" for o in slow)
         )
-    return EXIT_NOT_READY if not_ready else EXIT_READY
+    return EXIT_NOT_READY if not_ready else EXIT_OK

@@ -220,3 +220,38 @@ def test_the_report_schema_lists_the_names_the_code_defines():
     assert enums["category"] == list(CATEGORIES)
     assert enums["fail_level"] == list(FAIL_LEVELS)
     assert enums["profile"] == [*PROFILES, None]
+
+
+# --- one definition for every exit code --------------------------------------------------------------------
+EXIT_HOME = "hostcheck.exitcodes"
+
+
+def exit_code_copies(name: str, source: str) -> list[str]:
+    """Every name ``EXIT_*`` bound to a value in module ``name`` outside hostcheck/exitcodes.py (importing one
+    is fine: that is how a subcommand uses them)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id.startswith("EXIT_") and name != EXIT_HOME:
+                        found.append(f"{name}:{node.lineno}: {n.id} defines an exit code (use {EXIT_HOME}'s)")
+    return found
+
+
+def test_exit_codes_are_defined_once():
+    found = [f for name, path in modules().items() for f in exit_code_copies(name, path.read_text())]
+    assert found == []
+
+
+def test_a_second_exit_code_definition_is_refused():
+    planted = (
+        "from hostcheck.exitcodes import EXIT_USAGE\nEXIT_OK, EXIT_USAGE = 0, 2\nEXIT_NOT_FOUND: int = 127\n"
+    )
+    assert exit_code_copies("hostcheck.fleet", planted) == [
+        "hostcheck.fleet:2: EXIT_OK defines an exit code (use hostcheck.exitcodes's)",
+        "hostcheck.fleet:2: EXIT_USAGE defines an exit code (use hostcheck.exitcodes's)",
+        "hostcheck.fleet:3: EXIT_NOT_FOUND defines an exit code (use hostcheck.exitcodes's)",
+    ]
+    assert exit_code_copies(EXIT_HOME, "EXIT_OK = 0\n") == []
