@@ -44,6 +44,7 @@ DESCRIPTION = (
 EPILOG = "Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 129/130/143 SIGHUP/SIGINT/SIGTERM. Docs: docs/hostcheck.md."
 
 
+# long: one option after another, each with its help, in --help's order; splitting it belongs to the subcommand packages
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """check's options (on the top-level parser too: check is the default command)."""
     out = p.add_argument_group("output")
@@ -233,6 +234,7 @@ def build_report(
     )
 
 
+# long: select, gather, judge, report in order with each option's usage error (one frozen request would move those out)
 def run(args: argparse.Namespace) -> int:
     """``hostcheck check``: select, gather, judge, report. Usage errors raise argparse.ArgumentError."""
     started = time.monotonic()

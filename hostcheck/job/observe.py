@@ -115,6 +115,7 @@ class _Loop(threading.Thread):
             self.stop_event.wait(max(0.0, next_t - time.monotonic()))
 
 
+# long: start, sampling loop, signal forwarding and end of one command share its process handle and deadlines
 def observe(
     argv: Sequence[str],
     run_dir: str,

@@ -201,6 +201,7 @@ def _worker_died(a: Analysis, e: dict[str, Any], t: Any = DEFAULT) -> list[Cause
     ]
 
 
+# long: the input-bound causes in the order the fix lists them; they read the same figures and must not contradict
 def _input_causes(a: Analysis, t: Any = DEFAULT) -> list[Cause]:
     causes: list[Cause] = []
     shm = _shm_cause(a, from_error=False, t=t)
