@@ -397,3 +397,53 @@ def test_a_planted_long_function_is_caught():
     assert long_functions("hostcheck.x", said) == []
     short = "def small():\n" + body.splitlines(keepends=True)[0] * (MAX_FUNCTION_LINES - 1)
     assert long_functions("hostcheck.x", short) == []
+
+
+# --- section names: one definition on each side of the inside/ boundary, and the two agree --------------------
+SECTION_HOME = "hostcheck.gather.workload"
+
+
+def section_lists(name: str, source: str, sections: frozenset[str]) -> list[str]:
+    """Every tuple, list or set literal of two or more workload section names outside SECTION_HOME (a dict keyed
+    by sections, as profiles' per-section arguments, is data about them, not a second list)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            strings = _literal_strings(node)
+            if strings and len(set(strings)) >= 2 and set(strings) <= sections and name != SECTION_HOME:
+                found.append(
+                    f"{name}:{node.lineno}: a second section list {tuple(strings)} (use {SECTION_HOME}'s)"
+                )
+    return found
+
+
+def _inside_section_tables() -> dict[str, set[str]]:
+    """The keys of every ``SECTIONS = {...}`` under hostcheck/inside (read, never imported: it runs in the training
+    Python)."""
+    out = {}
+    for name, path in modules().items():
+        if name.startswith("hostcheck.inside"):
+            for node in ast.parse(path.read_text()).body:
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                if any(isinstance(t, ast.Name) and t.id == "SECTIONS" for t in targets):
+                    out[name] = set(_literal_strings(node.value) or ())
+    return out
+
+
+def test_section_names_are_defined_once_and_the_inside_probe_table_agrees():
+    from hostcheck.gather.workload import DEFAULT_SECTIONS
+
+    sections = frozenset(DEFAULT_SECTIONS)
+    outside = {n: p for n, p in modules().items() if not n.startswith("hostcheck.inside")}
+    assert [f for n, p in outside.items() for f in section_lists(n, p.read_text(), sections)] == []
+    tables = _inside_section_tables()
+    assert tables and all(keys == set(sections) for keys in tables.values()), tables
+
+
+def test_a_second_section_list_is_refused():
+    sections = frozenset(("env", "matmul", "ddp"))
+    planted = "ALL = ('env', 'matmul', 'ddp')\nARGS = {'ddp': {}, 'matmul': {}}\nONE = ('env',)\n"
+    assert section_lists("hostcheck.cli", planted, sections) == [
+        "hostcheck.cli:1: a second section list ('env', 'matmul', 'ddp') (use hostcheck.gather.workload's)"
+    ]
+    assert section_lists(SECTION_HOME, planted, sections) == []
