@@ -52,11 +52,11 @@ from hostcheck.baseline import cli as baseline_cli
 from hostcheck.bench import cli as bench_cli
 from hostcheck.check import cli as check_cli
 from hostcheck.child.launch import kill_all, reopen
+from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
 from hostcheck.fleet import cli as fleet_cli
 from hostcheck.job import cli as job_cli
 
 PROG = "hostcheck"
-EXIT_OK, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 #: The subcommands by name, in the order of ``hostcheck --help``.
 SUBCOMMANDS: dict[str, ModuleType] = {
     "check": check_cli,
@@ -397,4 +397,4 @@ def _interrupted(prog: str, signum: int, finished: bool) -> int:
     # finished: the command caught the interrupt and reported what it had (bench's partial table).
     tail = "" if finished else ", no report"
     _error(prog, f"interrupted by {name}; {killed} child process(es) killed{tail}", "")
-    return 128 + signum
+    return EXIT_SIGNAL_BASE + signum

@@ -15,6 +15,7 @@ kind of message before anything runs; a section split out would need that reader
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hostcheck import infile
+from hostcheck import infile, thresholds
 from hostcheck.profiles import PROFILES
 from hostcheck.score import FAIL_LEVELS
 
 DEFAULT_PATH = "/etc/gpunode/hostcheck.toml"
 XID_DATA = Path(__file__).resolve().parent / "data" / "xid.json"
-THRESHOLDS_DATA = Path(__file__).resolve().parent / "data" / "thresholds.json"
+THRESHOLDS_DATA = thresholds.NODE_FILE
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 XID_ACTIONS = ("fail", "warn", "ignore")
 #: Longest Slurm drain reason we write: it stays readable in ``sinfo -R`` and node-problem-detector's
@@ -72,63 +73,15 @@ class XidPolicy:
 
 
 def _threshold_defaults(path: Path) -> dict[str, Any]:
-    """name -> value from the shipped thresholds (hostcheck/data/thresholds.json: each row with its source and
-    why). Read once, at import: a malformed file raises ValueError naming it, never a silent default."""
-    try:
-        rows = json.loads(path.read_text())["thresholds"]
-        out: dict[str, Any] = {}
-        for row in rows:
-            name, value = row["name"], row["value"]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name}: value must be a positive number")
-            if not all(isinstance(row.get(k), str) and row[k].strip() for k in ("unit", "source", "why")):
-                raise ValueError(f"{name}: unit, source and why must be non-empty strings")
-            if name in out:
-                raise ValueError(f"{name}: duplicate row")
-            out[name] = value
-    except (OSError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: {e}") from None
-    return out
+    """name -> value of one thresholds file, read through the one loader (hostcheck/thresholds.py): a malformed
+    file raises ValueError naming it, never a silent default."""
+    return {name: row.value for name, row in thresholds.load(path).items()}
 
 
-_THRESHOLD_DEFAULTS = _threshold_defaults(THRESHOLDS_DATA)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The [thresholds] of the configuration; the defaults are hostcheck/data/thresholds.json's rows."""
-
-    #: hostcheck's own margin, 4 C under the fail line.
-    gpu_temp_warn_c: float = float(_THRESHOLD_DEFAULTS["gpu_temp_warn_c"])
-    #: Meta GCM's critical GPU temperature.
-    gpu_temp_fail_c: float = float(_THRESHOLD_DEFAULTS["gpu_temp_fail_c"])
-    #: Retired pages (single + double bit) from which a GPU fails: DCGM's limit.
-    retired_pages_fail: int = int(_THRESHOLD_DEFAULTS["retired_pages_fail"])
-    #: A GPU this fraction below the median of its node's other GPUs fails (gpu-fryer's 10%).
-    gpu_peer_tolerance: float = float(_THRESHOLD_DEFAULTS["gpu_peer_tolerance"])
-    #: hostcheck fleet flags a node this fraction below its SKU's fleet median (a warning).
-    fleet_peer_tolerance: float = float(_THRESHOLD_DEFAULTS["fleet_peer_tolerance"])
-    #: Corrected memory errors per memory controller since the last run from which system.E006 warns (own).
-    edac_ce_rise_warn: int = int(_THRESHOLD_DEFAULTS["edac_ce_rise_warn"])
-    #: PCIe correctable errors per device since the last run from which system.E009 warns (own).
-    aer_correctable_rise_warn: int = int(_THRESHOLD_DEFAULTS["aer_correctable_rise_warn"])
-    #: DCGM's PCIe replay rate limit (per minute) for gpu.E015.
-    pcie_replay_rate_warn_per_min: float = float(_THRESHOLD_DEFAULTS["pcie_replay_rate_warn_per_min"])
-    #: The kernel's default hung-task timeout: a task blocked this long in D state warns (system.E008).
-    dstate_stuck_s: float = float(_THRESHOLD_DEFAULTS["dstate_stuck_s"])
-    #: Error-counter increments per RDMA port since the last run from which fabric.E003 warns / fails (GCM's).
-    rdma_error_rise_warn: int = int(_THRESHOLD_DEFAULTS["rdma_error_rise_warn"])
-    rdma_error_rise_fail: int = int(_THRESHOLD_DEFAULTS["rdma_error_rise_fail"])
-    #: link_downed increments per port since the last run from which fabric.E004 fails (GCM's critical counter).
-    rdma_link_downed_rise_fail: int = int(_THRESHOLD_DEFAULTS["rdma_link_downed_rise_fail"])
-    #: baseline.E002: memory this fraction away from the baseline's fails (Azure's 5%, LBNL NHC's fudge factor).
-    baseline_memory_tolerance: float = float(_THRESHOLD_DEFAULTS["baseline_memory_tolerance"])
-    #: DCGM's NVLink health watch: replay or recovery errors rising by this many per link fail (nvlink.E004).
-    nvlink_replay_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_replay_rise_fail"])
-    nvlink_recovery_rise_fail: int = int(_THRESHOLD_DEFAULTS["nvlink_recovery_rise_fail"])
-    #: CRC errors rising by this many warn, and at this rate per second fail.
-    nvlink_crc_rise_warn: int = int(_THRESHOLD_DEFAULTS["nvlink_crc_rise_warn"])
-    nvlink_crc_rate_fail_per_s: float = float(_THRESHOLD_DEFAULTS["nvlink_crc_rate_fail_per_s"])
+#: The node checks' lines, one field per row of hostcheck/data/thresholds.json (its value by default).
+Thresholds = thresholds.NodeThresholds
+#: The job doctor's lines, one field per row of hostcheck/data/job_thresholds.json.
+JobThresholds = thresholds.JobThresholds
 
 
 @dataclass(frozen=True)
@@ -247,6 +200,7 @@ class Config:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     thresholds: Thresholds = field(default_factory=Thresholds)
+    job_thresholds: JobThresholds = field(default_factory=JobThresholds)
     xid: XidPolicy = field(default_factory=default_xid_policy)
     gpu_models: tuple[GpuModel, ...] = ()
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
@@ -342,6 +296,8 @@ class _Table:
     def number(self, name: str, lo: float, hi: float) -> float | None:
         v = self.get(name, (int, float), "a number")
         if v is not None and not lo <= v <= hi:
+            if lo == math.ulp(0.0) and hi == math.inf:  # a threshold row without a range: any number above 0
+                raise ConfigError(self.path, self.key(name), f"must be above 0, not {v}")
             raise ConfigError(self.path, self.key(name), f"must be from {lo:g} to {hi:g}, not {v}")
         return None if v is None else float(v)
 
@@ -411,39 +367,7 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         only, skip = checks.strings("only"), checks.strings("skip")
         checks.done()
 
-    thresholds = Thresholds()
-    t = top.table("thresholds")
-    if t is not None:
-        warn_c = t.number("gpu_temp_warn_c", 0, 150)
-        fail_c = t.number("gpu_temp_fail_c", 0, 150)
-        pages = t.integer("retired_pages_fail", 1, 100000)
-        peer = t.number("gpu_peer_tolerance", 0.01, 0.9)
-        fleet = t.number("fleet_peer_tolerance", 0.01, 0.9)
-        more = {
-            "edac_ce_rise_warn": t.integer("edac_ce_rise_warn", 1, 1 << 31),
-            "aer_correctable_rise_warn": t.integer("aer_correctable_rise_warn", 1, 1 << 31),
-            "pcie_replay_rate_warn_per_min": t.number("pcie_replay_rate_warn_per_min", 0.001, 1e9),
-            "dstate_stuck_s": t.number("dstate_stuck_s", 1, 86400 * 30),
-            "rdma_error_rise_warn": t.integer("rdma_error_rise_warn", 1, 1 << 31),
-            "rdma_error_rise_fail": t.integer("rdma_error_rise_fail", 1, 1 << 31),
-            "rdma_link_downed_rise_fail": t.integer("rdma_link_downed_rise_fail", 1, 1 << 31),
-            "baseline_memory_tolerance": t.number("baseline_memory_tolerance", 0.001, 0.5),
-            "nvlink_replay_rise_fail": t.integer("nvlink_replay_rise_fail", 1, 1 << 31),
-            "nvlink_recovery_rise_fail": t.integer("nvlink_recovery_rise_fail", 1, 1 << 31),
-            "nvlink_crc_rise_warn": t.integer("nvlink_crc_rise_warn", 1, 1 << 31),
-            "nvlink_crc_rate_fail_per_s": t.number("nvlink_crc_rate_fail_per_s", 0.001, 1e12),
-        }
-        t.done()
-        thresholds = Thresholds(
-            gpu_temp_warn_c=thresholds.gpu_temp_warn_c if warn_c is None else warn_c,
-            gpu_temp_fail_c=thresholds.gpu_temp_fail_c if fail_c is None else fail_c,
-            retired_pages_fail=thresholds.retired_pages_fail if pages is None else pages,
-            gpu_peer_tolerance=thresholds.gpu_peer_tolerance if peer is None else peer,
-            fleet_peer_tolerance=thresholds.fleet_peer_tolerance if fleet is None else fleet,
-            **{k: v if v is not None else getattr(thresholds, k) for k, v in more.items()},
-        )
-        if thresholds.gpu_temp_warn_c > thresholds.gpu_temp_fail_c:
-            raise ConfigError(path, "thresholds.gpu_temp_warn_c", "must not be above gpu_temp_fail_c")
+    node_lines, job_lines = _thresholds(top.table("thresholds"), path)
 
     xid = _xid(top.table("xid"), path)
     models = _models(top, path)
@@ -496,7 +420,8 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         min_score=min_score,
         only=only,
         skip=skip,
-        thresholds=thresholds,
+        thresholds=node_lines,
+        job_thresholds=job_lines,
         xid=xid,
         gpu_models=models,
         slurm=slurm,
@@ -552,6 +477,28 @@ def _baseline(t: _Table | None, path: str) -> Baseline | None:
         out[name] = tuple(rows)
     t.done()
     return Baseline(**out)
+
+
+def _thresholds(t: _Table | None, path: str) -> tuple[Any, Any]:
+    """[thresholds]: any row of the thresholds files by name, of its type (an integer where the row counts) and
+    within the row's range; an unknown name is an unknown key."""
+    node, job = Thresholds(), JobThresholds()
+    if t is None:
+        return node, job
+    given: dict[str, Any] = {}
+    for name, row in thresholds.ROWS.items():
+        if row.kind is int:
+            v = t.integer(name, int(row.low), int(row.high) if math.isfinite(row.high) else 1 << 62)
+        else:
+            v = t.number(name, row.low, row.high)
+        if v is not None:
+            given[name] = v
+    t.done()
+    node = dataclasses.replace(node, **{k: v for k, v in given.items() if k in thresholds.NODE_ROWS})
+    job = dataclasses.replace(job, **{k: v for k, v in given.items() if k in thresholds.JOB_ROWS})
+    if node.gpu_temp_warn_c > node.gpu_temp_fail_c:
+        raise ConfigError(path, "thresholds.gpu_temp_warn_c", "must not be above gpu_temp_fail_c")
+    return node, job
 
 
 def _hardware(t: _Table | None, path: str) -> HardwareSettings:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from hostcheck.exitcodes import EXIT_NOT_READY, EXIT_OK
 from hostcheck.registry import Check, Result, run_checks
 from hostcheck.report import Report, gpu_records, host_info, port_records, versions
 from hostcheck.score import Verdict, verdict
-
-EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 
 
 def evaluate(
@@ -39,7 +38,7 @@ def build_report(
         versions=versions(snapshot),
         time=when,
         duration_s=time.monotonic() - started,
-        exit_code=EXIT_READY if v.ready else EXIT_NOT_READY,
+        exit_code=EXIT_OK if v.ready else EXIT_NOT_READY,
         gpus=gpu_records(snapshot),
         profile=profile,
         ports=port_records(snapshot),

@@ -397,51 +397,54 @@ def _python_fits(row: dict, python: str) -> bool:
     return vtuple(lo) <= vtuple(python) <= vtuple(hi)
 
 
-def node_plan(
-    os: dict | None = None,
-    gpus: Any = None,
-    driver: dict | None = None,
-    torch: dict | None = None,
-    cuda: dict | None = None,
-    overrides: Any = None,
-    enforce_os: bool = True,
-    today: Any = None,
-) -> dict:
-    """Decide torch's variant, then the driver branch and flavour, CUDA, cuDNN and NCCL, for one node.
+class Planning:
+    """What the stages of :func:`node_plan` share: the inputs, the data, the plan being built and, as each stage
+    settles it, its decision (the OS row, the GPUs, the driver, the training Python, torch's row and build).
+    A stage reads the fields earlier stages set and returns False to stop the pipeline (the plan then says why).
+    A plain class, not a dataclass: the roles' filter loads this file by path, outside sys.modules, where
+    dataclasses cannot resolve string annotations."""
 
-    os:     {distribution, major, family}                  (Ansible's distribution facts)
-    gpus:   PCI device ids of the node's NVIDIA GPUs       (['0x2330', ...])
-    driver: {enabled, source, branch, version, open, installed}
-            source auto|distro|nvidia; branch/version '' = default; open auto|true|false; installed: the
-            running or installed driver version ('' on a fresh node)
-    torch:  {enabled, version, cuda, policy, python, python_version}
-            cuda auto|cpu|cu130|13.0; python: the interpreter name ('' = the OS's training Python);
-            python_version: its X.Y when probed ('' = from the name or the OS row)
-    cuda:   {enabled, version, source, toolkit}            version '' = follow torch's variant; source
-            pip|distro|nvidia (distro: the OS's own toolkit version, which must share torch's major)
-    enforce_os: False lets an OS outside the data borrow its family's row (with a warning).
-    today:  the date branch lifecycles are judged on (a date or 'YYYY-MM-DD'; default: today).
-    """
-    os, driver, torch, cuda = dict(os or {}), dict(driver or {}), dict(torch or {}), dict(cuda or {})
-    errors: list[str] = []
-    warnings: list[str] = []
-    plan: dict[str, Any] = {"ok": False, "errors": errors, "warnings": warnings}
-    try:
-        data = load(overrides)
-    except (ValueError, TypeError, KeyError) as exc:
-        errors.append(f"gpunode_platform_overrides: {exc}")
-        return plan
+    def __init__(
+        self,
+        data: dict,
+        os: dict | None = None,
+        gpus: Any = None,
+        driver: dict | None = None,
+        torch: dict | None = None,
+        cuda: dict | None = None,
+        enforce_os: bool = True,
+        today: Any = None,
+    ) -> None:
+        self.data, self.gpus, self.enforce_os, self.today = data, gpus, enforce_os, today
+        self.os, self.driver = dict(os or {}), dict(driver or {})
+        self.torch, self.cuda = dict(torch or {}), dict(cuda or {})
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.plan: dict[str, Any] = {"ok": False, "errors": self.errors, "warnings": self.warnings}
+        # Set by the stages, in order.
+        self.key = ""
+        self.os_row: dict = {}
+        self.found: list[dict] = []
+        self.drv_on = True
+        self.source = self.branch = self.version = self.judged = ""
+        self.pyname = self.pyver = ""
+        self.policy = "compat"
+        self.tver = self.minor = self.tag = ""
+        self.row: dict = {}
 
-    # The OS row: supported or refused with why, the training Python, the distro's driver.
-    key = os_key(os.get("distribution", ""), os.get("major", ""))
+
+def stage_os(p: Planning) -> bool:
+    """The OS row: supported or refused with why, the training Python, the distro's driver."""
+    data, os = p.data, p.os
+    p.key = key = os_key(os.get("distribution", ""), os.get("major", ""))
     os_row = data["os"].get(key)
-    plan["os"] = {"key": key, "supported": bool(os_row and os_row.get("supported"))}
+    p.plan["os"] = {"key": key, "supported": bool(os_row and os_row.get("supported"))}
     if not (os_row and os_row.get("supported")):
         supported = ", ".join(supported_os(data))
         why = f"{key} is not supported: {os_row.get('why', '')}" if os_row else f"{key} is not a supported OS"
         borrowed = data["os_family_fallback"].get(str(os.get("family", "")))
-        if enforce_os or not borrowed:
-            errors.append(
+        if p.enforce_os or not borrowed:
+            p.errors.append(
                 f"{why}; nearest working choice: a supported OS ({supported})"
                 + (
                     f", or gpunode_base_enforce_supported_os: false to try it with the {borrowed} row"
@@ -449,26 +452,32 @@ def node_plan(
                     else " (gpunode_base_enforce_supported_os: false cannot help: no row of its OS family to borrow)"
                 )
             )
-            return plan
-        warnings.append(
+            return False
+        p.warnings.append(
             f"{why}; trying anyway with the {borrowed} row (gpunode_base_enforce_supported_os: false)"
         )
         os_row = data["os"][borrowed]
-    family = os_row["family"]
+    p.os_row = os_row
+    return True
 
-    # GPUs on the PCI bus.
-    found = [gpu(data, d) for d in (gpus or [])]
-    plan["gpus"] = found
+
+def stage_gpus(p: Planning) -> bool:
+    """The GPUs on the PCI bus, each with its architecture where the data knows its id."""
+    p.found = found = [gpu(p.data, d) for d in (p.gpus or [])]
+    p.plan["gpus"] = found
     unknown = sorted({g["id"] for g in found if not g["sm"]})
     if unknown:
-        warnings.append(
+        p.warnings.append(
             f"GPU PCI id(s) {', '.join(unknown)} not in the platform data: their architecture is not checked "
             "(add them under gpus in gpunode_platform_overrides)"
         )
-    sms = sorted({g["sm"] for g in found if g["sm"]}, key=vtuple)
+    return True
 
-    # Driver: source, branch, version; the branch each GPU needs.
-    drv_on = bool(driver.get("enabled", True))
+
+def stage_driver(p: Planning) -> bool:
+    """Driver: source, branch, version; the branch each GPU needs; the branch's lifecycle."""
+    data, driver, os_row, key, errors = p.data, p.driver, p.os_row, p.key, p.errors
+    p.drv_on = drv_on = bool(driver.get("enabled", True))
     source = str(driver.get("source") or "auto")
     if source == "auto":
         source = os_row.get("driver_source_default", "nvidia")
@@ -483,14 +492,13 @@ def node_plan(
             os_row.get("distro_driver_branch") if source == "distro" else data["defaults"]["driver_branch"]
         )
     version = str(driver.get("version") or "")
-    installed = str(driver.get("installed") or "")
     only = [str(b) for b in os_row.get("distro_driver_branches") or []]
     if drv_on and source == "distro" and only and branch not in only:
         errors.append(
             f"{key}'s archive ships only the {', '.join(only)} driver branch, not {branch}: "
             "set gpunode_driver_source: nvidia for NVIDIA's repository"
         )
-    for g in found:
+    for g in p.found:
         arch = data["archs"].get(g["arch"], {})
         lo, hi = arch.get("min_branch", ""), arch.get("max_branch", "")
         if drv_on and lo and vtuple(branch) < vtuple(lo):
@@ -509,13 +517,21 @@ def node_plan(
             )
     errors[:] = list(dict.fromkeys(errors))
     if drv_on:
-        archs = [data["archs"].get(g["arch"], {}) for g in found]
+        archs = [data["archs"].get(g["arch"], {}) for g in p.found]
         via = "gpunode_driver_source: nvidia and " if source == "distro" else ""
-        problem, fix = lifecycle_advice(data, version or branch, archs, today, via)
+        problem, fix = lifecycle_advice(data, version or branch, archs, p.today, via)
         if problem:
-            warnings.append(problem + (f": set {fix}" if fix else ""))
+            p.warnings.append(problem + (f": set {fix}" if fix else ""))
+    p.source, p.branch, p.version = source, branch, version
+    # What torch's CUDA build is judged against: the running driver, else what the role will install.
+    p.judged = (version or branch) if drv_on else str(driver.get("installed") or "")
+    return True
 
-    # Kernel-module flavour: open or proprietary, from the GPUs, the branch and the source.
+
+def stage_flavour(p: Planning) -> bool:
+    """Kernel-module flavour: open or proprietary, from the GPUs, the branch and the source."""
+    data, driver, errors, found = p.data, p.driver, p.errors, p.found
+    drv_on, branch, source = p.drv_on, p.branch, p.source
     wanted_open = str(driver.get("open", "auto")).strip().lower()
     needs_open = [g for g in found if data["archs"].get(g["arch"], {}).get("open") == "required"]
     no_open = [g for g in found if data["archs"].get(g["arch"], {}).get("open") == "unsupported"]
@@ -555,50 +571,56 @@ def node_plan(
             f"the {no_open[0]['name']} is not supported by NVIDIA's open kernel modules: "
             "set gpunode_driver_open_kernel_modules: auto (or false)"
         )
-    if drv_on and flavour == "open" and source == "distro" and not os_row.get("distro_open_modules"):
+    if drv_on and flavour == "open" and source == "distro" and not p.os_row.get("distro_open_modules"):
         errors.append(
-            f"{key}'s archive has no open kernel modules at the driver's version "
-            f"({os_row.get('distro_open_modules_why', '')}): set gpunode_driver_source: nvidia, "
+            f"{p.key}'s archive has no open kernel modules at the driver's version "
+            f"({p.os_row.get('distro_open_modules_why', '')}): set gpunode_driver_source: nvidia, "
             "or gpunode_driver_open_kernel_modules: false where the GPUs allow it"
         )
-    # What torch's CUDA build is judged against: the running driver, else what the role will install.
-    judged = (version or branch) if drv_on else installed
-    plan["driver"] = {
+    p.plan["driver"] = {
         "enabled": drv_on,
         "source": source,
         "branch": branch,
-        "version": version,
+        "version": p.version,
         "open": flavour == "open",
         "flavour": flavour,
         "flavour_reason": why,
-        "judged": judged,
+        "judged": p.judged,
     }
+    return True
 
-    # Training Python.
-    pyname = str(torch.get("python") or os_row["python"]["name"])
-    pyver = str(torch.get("python_version") or python_version(pyname))
-    if not pyver and pyname == os_row["python"]["name"]:
-        pyver = os_row["python"]["version"]
-    plan["python"] = {
+
+def stage_python(p: Planning) -> bool:
+    """The training Python: its name and version, and the OS packages that bring it."""
+    os_python = p.os_row["python"]
+    p.pyname = pyname = str(p.torch.get("python") or os_python["name"])
+    pyver = str(p.torch.get("python_version") or python_version(pyname))
+    if not pyver and pyname == os_python["name"]:
+        pyver = os_python["version"]
+    p.pyver = pyver
+    p.plan["python"] = {
         "name": pyname,
         "version": pyver,
-        "packages": list(os_row["python"]["packages"]) if pyname == os_row["python"]["name"] else [],
+        "packages": list(os_python["packages"]) if pyname == os_python["name"] else [],
     }
+    return True
 
-    # torch: release row, Python range, the variant.
-    torch_on = bool(torch.get("enabled", True))
-    tver = str(torch.get("version") or data["defaults"]["torch"])
-    policy = str(torch.get("policy") or "compat")
+
+def stage_torch_release(p: Planning) -> bool:
+    """torch's release row (known, released) and whether it runs on the training Python."""
+    data, torch, errors = p.data, p.torch, p.errors
+    p.tver = tver = str(torch.get("version") or data["defaults"]["torch"])
+    p.policy = policy = str(torch.get("policy") or "compat")
     if policy not in POLICIES:
         errors.append(f"gpunode_pytorch_driver_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-        return plan
+        return False
     released = [m for m in sorted(data["torch"], key=vtuple) if data["torch"][m].get("status") != "planned"]
     newest = released[-1] if released else ""
     try:
-        minor = torch_minor(tver)
+        p.minor = minor = torch_minor(tver)
     except ValueError as exc:
         errors.append(f"gpunode_pytorch_version: {exc}: set it to a release such as {newest}.0")
-        return plan
+        return False
     row = data["torch"].get(minor)
     if row is None:
         errors.append(
@@ -606,16 +628,18 @@ def node_plan(
             f"set gpunode_pytorch_version: {newest}.0 (the newest released one the data has), or add its row under "
             "torch in gpunode_platform_overrides, with its source"
         )
-        return plan
+        return False
+    p.row = row
     if row.get("status") == "planned":
-        warnings.append(
+        p.warnings.append(
             f"torch {minor} is planned, not confirmed released, in the platform data ({row['source'].get('status', '')})"
         )
-    if torch_on and pyver and not _python_fits(row, pyver):
+    pyver, key = p.pyver, p.key
+    if bool(torch.get("enabled", True)) and pyver and not _python_fits(row, pyver):
         lo, hi = _python_range(row)
-        os_python = os_row["python"]["name"]
+        os_python = p.os_row["python"]["name"]
         good = (
-            os_python if _python_fits(row, python_version(os_python) or os_row["python"]["version"]) else ""
+            os_python if _python_fits(row, python_version(os_python) or p.os_row["python"]["version"]) else ""
         )
         other = [
             m
@@ -623,126 +647,144 @@ def node_plan(
             if _python_fits(data["torch"][m], pyver)
         ]
         errors.append(
-            f"torch {tver} supports Python {lo} to {hi}, and the training Python {pyname} is {pyver}: "
+            f"torch {tver} supports Python {lo} to {hi}, and the training Python {p.pyname} is {pyver}: "
             f"set gpunode_pytorch_python: {good or 'python' + hi} (an interpreter in that range"
             + (f", {key}'s own" if good else f"; {key}'s {os_python} is not")
             + ")"
             + (f", or gpunode_pytorch_version: {other[0]} (supports Python {pyver})" if other else "")
         )
-    wish = str(torch.get("cuda") or "auto").strip().lower()
+    return True
+
+
+def stage_torch_build(p: Planning) -> bool:
+    """torch's CUDA build: the best one that serves these GPUs and driver ("auto"), or the one named, checked."""
+    wish = str(p.torch.get("cuda") or "auto").strip().lower()
     if wish == "auto":
-        if not found:
-            errors.append(
-                "no NVIDIA GPU on the PCI bus, so no CUDA build can be chosen: set gpunode_pytorch_cuda: cpu "
-                "for a CPU node, or name the build (e.g. cu130)"
+        return _auto_build(p)
+    return _named_build(p, wish)
+
+
+def _auto_build(p: Planning) -> bool:
+    data, row, found, judged, policy, tver = p.data, p.row, p.found, p.judged, p.policy, p.tver
+    if not found:
+        p.errors.append(
+            "no NVIDIA GPU on the PCI bus, so no CUDA build can be chosen: set gpunode_pytorch_cuda: cpu "
+            "for a CPU node, or name the build (e.g. cu130)"
+        )
+        return False
+    fits = {t: _variant_fits(data, row, t, found, judged, policy) for t in _ordered_variants(row)}
+    usable = [t for t, why_not in fits.items() if not why_not]
+    if usable:
+        p.tag = usable[0]
+        return True
+    near = _nearest_torch(data, found, judged, policy, p.pyver)
+    to = _branch_for_release(data, row, found, policy, p.today) if p.drv_on else ""
+    choices = (
+        [
+            f"torch {near[0]} ({near[1]}): set gpunode_pytorch_version: {near[0]} and gpunode_pytorch_cuda: {near[1]}"
+        ]
+        if near
+        else []
+    ) + ([f"gpunode_driver_branch: {to[0]} (for torch {tver}'s {to[1]})"] if to else [])
+    p.errors.append(
+        f"no CUDA build of torch {tver} serves this node ("
+        + "; ".join(w for ws in fits.values() for w in ws)
+        + ")"
+        + (
+            ": nearest working choice " + ", or ".join(choices)
+            if choices
+            else ": no release or supported driver branch in the data serves these GPUs"
+            + ("" if p.drv_on else " (the driver role is off: gpunode_driver_enabled)")
+        )
+    )
+    return False
+
+
+def _named_build(p: Planning, wish: str) -> bool:
+    data, row, found, judged, policy, tver, errors = (
+        p.data,
+        p.row,
+        p.found,
+        p.judged,
+        p.policy,
+        p.tver,
+        p.errors,
+    )
+    known = ", ".join(sorted(row["variants"], key=vtuple))
+    try:
+        p.tag = tag = cuda_tag(wish)
+    except ValueError as exc:
+        errors.append(f"gpunode_pytorch_cuda: {exc}: set auto, cpu or one of torch {tver}'s builds ({known})")
+        return False
+    if tag == CPU:
+        return True
+    if tag not in row["variants"]:
+        with_tag = [m for m in sorted(data["torch"], key=vtuple) if tag in data["torch"][m]["variants"]]
+        errors.append(
+            f"torch {tver} has no {tag} build; its CUDA builds are {known} (or cpu): set gpunode_pytorch_cuda "
+            f"to one of them (or auto)"
+            + (f", or gpunode_pytorch_version: {with_tag[-1]} (the newest with {tag})" if with_tag else "")
+        )
+        return False
+    near = [t for t in _ordered_variants(row) if not _variant_fits(data, row, t, found, judged, policy)]
+    for why_not in _variant_fits(data, row, tag, found, judged, policy):
+        to = ""
+        if "driver" in why_not and p.drv_on:
+            archs = [data["archs"].get(g["arch"], {}) for g in found]
+            to = branch_to_move_to(data, archs, p.today, min_driver(data, cuda_normalize(tag), policy))
+        other = (
+            ()
+            if near
+            else (
+                _nearest_torch(data, found, judged, policy, p.pyver, tag)
+                or _nearest_torch(data, found, judged, policy, p.pyver)
             )
-            return plan
-        fits = {t: _variant_fits(data, row, t, found, judged, policy) for t in _ordered_variants(row)}
-        usable = [t for t, why_not in fits.items() if not why_not]
-        if not usable:
-            near = _nearest_torch(data, found, judged, policy, pyver)
-            to = _branch_for_release(data, row, found, policy, today) if drv_on else ""
-            choices = (
-                [
-                    f"torch {near[0]} ({near[1]}): set gpunode_pytorch_version: {near[0]} and gpunode_pytorch_cuda: {near[1]}"
-                ]
-                if near
-                else []
-            ) + ([f"gpunode_driver_branch: {to[0]} (for torch {tver}'s {to[1]})"] if to else [])
-            errors.append(
-                f"no CUDA build of torch {tver} serves this node ("
-                + "; ".join(w for ws in fits.values() for w in ws)
-                + ")"
-                + (
-                    ": nearest working choice " + ", or ".join(choices)
-                    if choices
-                    else ": no release or supported driver branch in the data serves these GPUs"
-                    + ("" if drv_on else " (the driver role is off: gpunode_driver_enabled)")
-                )
-            )
-            return plan
-        tag = usable[0]
-    else:
-        known = ", ".join(sorted(row["variants"], key=vtuple))
-        try:
-            tag = cuda_tag(wish)
-        except ValueError as exc:
-            errors.append(
-                f"gpunode_pytorch_cuda: {exc}: set auto, cpu or one of torch {tver}'s builds ({known})"
-            )
-            return plan
-        if tag != CPU:
-            if tag not in row["variants"]:
-                with_tag = [
-                    m for m in sorted(data["torch"], key=vtuple) if tag in data["torch"][m]["variants"]
-                ]
-                errors.append(
-                    f"torch {tver} has no {tag} build; its CUDA builds are {known} (or cpu): set gpunode_pytorch_cuda "
-                    f"to one of them (or auto)"
-                    + (
-                        f", or gpunode_pytorch_version: {with_tag[-1]} (the newest with {tag})"
-                        if with_tag
-                        else ""
-                    )
-                )
-                return plan
-            near = [
-                t for t in _ordered_variants(row) if not _variant_fits(data, row, t, found, judged, policy)
-            ]
-            for why_not in _variant_fits(data, row, tag, found, judged, policy):
-                to = ""
-                if "driver" in why_not and drv_on:
-                    archs = [data["archs"].get(g["arch"], {}) for g in found]
-                    to = branch_to_move_to(data, archs, today, min_driver(data, cuda_normalize(tag), policy))
-                other = (
-                    ()
-                    if near
-                    else (
-                        _nearest_torch(data, found, judged, policy, pyver, tag)
-                        or _nearest_torch(data, found, judged, policy, pyver)
-                    )
-                )
-                choices = (
-                    ([f"gpunode_pytorch_cuda: {near[0]}"] if near else [])
-                    + ([f"gpunode_driver_branch: {to}"] if to else [])
-                    + (
-                        [f"gpunode_pytorch_version: {other[0]} (gpunode_pytorch_cuda: {other[1]})"]
-                        if other
-                        else []
-                    )
-                )
-                errors.append(
-                    f"torch {tver} {why_not}"
-                    + (": nearest working choice " + ", or ".join(choices) if choices else "")
-                    + (
-                        ""
-                        if choices
-                        else ": no build, release or supported branch in the data serves this node"
-                    )
-                )
+        )
+        choices = (
+            ([f"gpunode_pytorch_cuda: {near[0]}"] if near else [])
+            + ([f"gpunode_driver_branch: {to}"] if to else [])
+            + ([f"gpunode_pytorch_version: {other[0]} (gpunode_pytorch_cuda: {other[1]})"] if other else [])
+        )
+        errors.append(
+            f"torch {tver} {why_not}"
+            + (": nearest working choice " + ", or ".join(choices) if choices else "")
+            + ("" if choices else ": no build, release or supported branch in the data serves this node")
+        )
+    return True
+
+
+def stage_torch_plan(p: Planning) -> bool:
+    """The plan's torch entry: the release, the build and what comes with it."""
+    row, tag = p.row, p.tag
     cuda_ver = cuda_normalize(tag)
     companions = row.get("companions", {})
-    plan["torch"] = {
-        "enabled": torch_on,
-        "version": tver,
-        "minor": minor,
+    p.plan["torch"] = {
+        "enabled": bool(p.torch.get("enabled", True)),
+        "version": p.tver,
+        "minor": p.minor,
         "tag": tag,
         "cuda": cuda_ver,
         "role": row["variants"].get(tag, {}).get("role", "cpu" if tag == CPU else ""),
         "python": list(row.get("python", [])),
-        "min_driver": min_driver(data, cuda_ver, policy),
+        "min_driver": min_driver(p.data, cuda_ver, p.policy),
         "torchvision": companions.get("torchvision", ""),
         "torchaudio": companions.get("torchaudio", ""),
         "source": row.get("source", ""),
     }
+    return True
 
-    # CUDA toolkit, cuDNN and NCCL follow torch's CUDA major.
+
+def stage_cuda(p: Planning) -> bool:
+    """CUDA toolkit, cuDNN and NCCL follow torch's CUDA major."""
+    data, cuda, errors, row, tag, tver, key = p.data, p.cuda, p.errors, p.row, p.tag, p.tver, p.key
+    policy, judged = p.policy, p.judged
+    cuda_ver = cuda_normalize(tag)
     cuda_on = bool(cuda.get("enabled", True))
     try:
         want = cuda_normalize(cuda.get("version") or "")
     except ValueError as exc:
         errors.append(f"gpunode_cuda_version: {exc} (major.minor such as 13.0, or empty to follow torch)")
-        return plan
+        return False
     if want in ("", CPU):
         want = cuda_ver if cuda_ver != CPU else ""
     major = want.partition(".")[0] if want else ""
@@ -766,7 +808,7 @@ def node_plan(
             + max(data["cuda"], key=vtuple)
         )
     if cuda_on and str(cuda.get("source") or "") == "distro" and cuda.get("toolkit", True):
-        distro = str(os_row.get("distro_cuda_toolkit") or "")
+        distro = str(p.os_row.get("distro_cuda_toolkit") or "")
         if not distro:
             errors.append(
                 f"the platform data names no distro CUDA toolkit for {key}: set gpunode_cuda_source: nvidia or pip"
@@ -797,12 +839,12 @@ def node_plan(
     elif (
         cuda_on
         and want
-        and drv_on
+        and p.drv_on
         and maj_row
         and not driver_satisfies(judged, min_driver(data, want, policy))
     ):
         need = min_driver(data, want, policy)
-        to = branch_to_move_to(data, [data["archs"].get(g["arch"], {}) for g in found], today, need)
+        to = branch_to_move_to(data, [data["archs"].get(g["arch"], {}) for g in p.found], p.today, need)
         runs = [v for v in known if driver_satisfies(judged, min_driver(data, v, policy))]
         errors.append(
             f"CUDA {want} needs driver >= {need}; the driver is {judged}: "
@@ -816,7 +858,7 @@ def node_plan(
                 else "no supported driver branch (gpunode_driver_branch) or CUDA version in the data fits"
             )
         )
-    plan["cuda"] = {
+    p.plan["cuda"] = {
         "enabled": cuda_on,
         "version": want,
         "major": major,
@@ -825,11 +867,69 @@ def node_plan(
         "nccl": str(libs.get("nccl", "")),
         "min_driver": min_driver(data, want, policy) if want else "",
     }
-    plan["sm"] = sms
-    plan["os"].update({"family": family, "python": os_row["python"]["name"]})
-    errors[:] = list(dict.fromkeys(errors))
-    plan["ok"] = not errors
-    return plan
+    return True
+
+
+def stage_finish(p: Planning) -> bool:
+    """The architectures, the OS's family and Python, and the verdict: ok when no stage said otherwise."""
+    p.plan["sm"] = sorted({g["sm"] for g in p.found if g["sm"]}, key=vtuple)
+    p.plan["os"].update({"family": p.os_row["family"], "python": p.os_row["python"]["name"]})
+    p.errors[:] = list(dict.fromkeys(p.errors))
+    p.plan["ok"] = not p.errors
+    return True
+
+
+#: node_plan's pipeline, in order: each stage reads what the ones before it settled.
+STAGES = (
+    stage_os,
+    stage_gpus,
+    stage_driver,
+    stage_flavour,
+    stage_python,
+    stage_torch_release,
+    stage_torch_build,
+    stage_torch_plan,
+    stage_cuda,
+    stage_finish,
+)
+
+
+def node_plan(
+    os: dict | None = None,
+    gpus: Any = None,
+    driver: dict | None = None,
+    torch: dict | None = None,
+    cuda: dict | None = None,
+    overrides: Any = None,
+    enforce_os: bool = True,
+    today: Any = None,
+) -> dict:
+    """Decide torch's variant, then the driver branch and flavour, CUDA, cuDNN and NCCL, for one node.
+
+    os:     {distribution, major, family}                  (Ansible's distribution facts)
+    gpus:   PCI device ids of the node's NVIDIA GPUs       (['0x2330', ...])
+    driver: {enabled, source, branch, version, open, installed}
+            source auto|distro|nvidia; branch/version '' = default; open auto|true|false; installed: the
+            running or installed driver version ('' on a fresh node)
+    torch:  {enabled, version, cuda, policy, python, python_version}
+            cuda auto|cpu|cu130|13.0; python: the interpreter name ('' = the OS's training Python);
+            python_version: its X.Y when probed ('' = from the name or the OS row)
+    cuda:   {enabled, version, source, toolkit}            version '' = follow torch's variant; source
+            pip|distro|nvidia (distro: the OS's own toolkit version, which must share torch's major)
+    enforce_os: False lets an OS outside the data borrow its family's row (with a warning).
+    today:  the date branch lifecycles are judged on (a date or 'YYYY-MM-DD'; default: today).
+
+    The stages (STAGES) run in order; one that finds no way on stops the pipeline, and the plan says why.
+    """
+    try:
+        data = load(overrides)
+    except (ValueError, TypeError, KeyError) as exc:
+        return {"ok": False, "errors": [f"gpunode_platform_overrides: {exc}"], "warnings": []}
+    p = Planning(data, os, gpus, driver, torch, cuda, enforce_os, today)
+    for stage in STAGES:
+        if not stage(p):
+            break
+    return p.plan
 
 
 def supported_os(data: dict) -> list[str]:

@@ -19,10 +19,9 @@ from hostcheck import config, gather, infile
 from hostcheck.baseline.record import section
 from hostcheck.baseline.render import render_json, render_toml
 from hostcheck.baseline.toml import SECTION, TomlError, loads, splice
+from hostcheck.exitcodes import EXIT_NOTHING_RECORDED, EXIT_OK, EXIT_USAGE
 from hostcheck.outfile import path_error, write_atomic
 from hostcheck.report import now_iso
-
-EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
 
 SUMMARY = "record what this known-good node has as the [baseline] section of the config (docs/baseline.md)"
 DESCRIPTION = (
@@ -68,14 +67,14 @@ def run(args: argparse.Namespace) -> int:
     inv = snap.inventory
     if inv is None:
         print("hostcheck baseline: error: the node's inventory could not be gathered", file=sys.stderr)
-        return EXIT_NOTHING
+        return EXIT_NOTHING_RECORDED
     host = socket.gethostname()
     body, left_out = section(inv, host, now_iso())
     for line in left_out:
         print(f"hostcheck baseline: {line}", file=sys.stderr)
     if not set(body) - {"recorded_on", "recorded_at"}:
         print("hostcheck baseline: error: nothing could be recorded", file=sys.stderr)
-        return EXIT_NOTHING
+        return EXIT_NOTHING_RECORDED
     if args.json:
         sys.stdout.write(render_json(body))
         return EXIT_OK

@@ -34,6 +34,7 @@ from hostcheck.bench.proof import describe_pil
 from hostcheck.bench.render import document, render_json, render_text
 from hostcheck.bench.run import Context, base_environment, probe_python, pythonpath_root, run_plan
 from hostcheck.child.launch import python_arg
+from hostcheck.exitcodes import EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
 from hostcheck.gather.base import read_text
 from hostcheck.gather.facts import gather_facts
 from hostcheck.gather.system import gather_system
@@ -41,7 +42,6 @@ from hostcheck.gather.torchinfo import choose_python
 from hostcheck.outfile import paths_error, write_report
 from hostcheck.report import now_iso
 
-EXIT_OK, EXIT_NOTHING_MEASURED, EXIT_USAGE = 0, 1, 2
 # One warm-up round by default: each variant's worker process makes its first, cold measurement (first
 # DataLoader, first training step, allocator arenas still empty) in it, and it is discarded. It costs one run
 # per variant, no process start. 192 images: the default plan in under 5 minutes on 2 cores (docs/bench.md,

@@ -25,7 +25,8 @@ from hostcheck.check.render.text import render_list, render_text
 from hostcheck.check.request import Output, Request, build_request
 from hostcheck.checks import all_checks
 from hostcheck.child.launch import kill_all, python_arg, reopen
-from hostcheck.core import EXIT_READY, EXIT_USAGE, build_report, evaluate
+from hostcheck.core import build_report, evaluate
+from hostcheck.exitcodes import EXIT_OK, EXIT_USAGE
 from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import write_report
 from hostcheck.profiles import PROFILES
@@ -40,6 +41,7 @@ DESCRIPTION = (
 EPILOG = "Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 129/130/143 SIGHUP/SIGINT/SIGTERM. Docs: docs/hostcheck.md."
 
 
+# long: one option after another, each with its help, in --help's order; splitting it belongs to the subcommand packages
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """check's options (on the top-level parser too: check is the default command)."""
     _output_options(p)
@@ -245,7 +247,7 @@ def _list(request: Request) -> int:
         sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "checks": rows}, indent=2) + "\n")
     else:
         sys.stdout.write(render_list(list(request.checks)))
-    return EXIT_READY
+    return EXIT_OK
 
 
 def check(request: Request, started: float) -> int:

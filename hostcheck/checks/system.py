@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from hostcheck import fixes
+from hostcheck.checks.gpu import _config
 from hostcheck.gather.base import Unavailable
-from hostcheck.gather.datapath import DEFAULT_NEED_MB_S_PER_GPU, BlockDevice, ReadMeasure
+from hostcheck.gather.datapath import BlockDevice, ReadMeasure
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
 #: os-release ID -> supported major versions (kept in step with roles/gpunode_base/vars/main.yml).
@@ -93,11 +94,6 @@ def local_facts(s: Any) -> Outcome:
     return passed(f"{', '.join(found)} in {f.directory}", value=", ".join(found))
 
 
-#: Free space below this share of a dataset file system is a warning: extraction, caches and checkpoints need
-#: room, and nearly full ext4/XFS file systems fragment (ours).
-DATA_FREE_MIN = 0.10
-
-
 def _gb(n: int | None) -> str:
     return "n/a" if n is None else f"{n / 1e9:.0f} GB"
 
@@ -129,13 +125,12 @@ def dataset_storage(s: Any) -> Outcome:
     if dp.error is not None:
         return errored(f"dataset storage: {dp.error.reason}", hint="re-run with a longer --timeout")
     gpus = _data_gpus(s)
+    th = _config(s).thresholds
     if s.options.data_rate_mb_s:
         need, need_src = float(s.options.data_rate_mb_s), "--data-rate"
     else:
-        need = DEFAULT_NEED_MB_S_PER_GPU * gpus
-        need_src = (
-            f"{DEFAULT_NEED_MB_S_PER_GPU:g} MB/s per GPU x {gpus} (ResNet-50 on ImageNet, docs/hostcheck.md)"
-        )
+        need = th.data_read_need_mb_s_per_gpu * gpus
+        need_src = f"{th.data_read_need_mb_s_per_gpu:g} MB/s per GPU x {gpus} (ResNet-50 on ImageNet, docs/hostcheck.md)"
     details, missing, slow, rotating, full, unmeasured = [], [], [], [], [], []
     rates = []
     for d in dp.dirs:
@@ -156,7 +151,7 @@ def dataset_storage(s: Any) -> Outcome:
         room = f"{_gb(d.free_bytes)} free of {_gb(d.total_bytes)}" + (
             f" ({share:.0%})" if share is not None else ""
         )
-        if share is not None and share < DATA_FREE_MIN:
+        if share is not None and share < th.data_free_warn_fraction:
             full.append(d.path)
         r = d.read
         if isinstance(r, ReadMeasure) and r.mb_s is not None:
@@ -174,7 +169,7 @@ def dataset_storage(s: Any) -> Outcome:
     kw: dict[str, Any] = {
         "value": round(min(rates), 1) if rates else None,
         "unit": "MB/s",
-        "expected": f">= {need:.0f} MB/s ({need_src}); non-rotational; >= {DATA_FREE_MIN:.0%} free",
+        "expected": f">= {need:.0f} MB/s ({need_src}); non-rotational; >= {th.data_free_warn_fraction:.0%} free",
         "details": tuple(details),
     }
     move = (
@@ -193,7 +188,7 @@ def dataset_storage(s: Any) -> Outcome:
         return warned(f"dataset on a rotational disk: {', '.join(rotating)}", hint=move, **kw)
     if full:
         return warned(
-            f"less than {DATA_FREE_MIN:.0%} free under {', '.join(full)}",
+            f"less than {th.data_free_warn_fraction:.0%} free under {', '.join(full)}",
             hint="free space or move the dataset to a larger file system",
             **kw,
         )

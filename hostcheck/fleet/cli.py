@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from hostcheck import config
+from hostcheck.exitcodes import EXIT_NOT_READY, EXIT_OK, EXIT_USAGE
 from hostcheck.fleet import peers
 from hostcheck.fleet.render import render_fabric_html, render_fabric_markdown, render_html, render_markdown
 from hostcheck.fleet.reports import PAGES, load
 from hostcheck.outfile import paths_error, write_report
-
-EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
 
 SUMMARY = "many nodes' --json reports -> fleet.md and fleet.html (docs/fleet.md)"
 DESCRIPTION = (
@@ -100,4 +99,4 @@ def run(args: argparse.Namespace) -> int:
             "slower than their fleet peers: "
             + "; ".join(f"{_plain(o.host)} {_plain(o.text())}" for o in slow)
         )
-    return EXIT_NOT_READY if not_ready else EXIT_READY
+    return EXIT_NOT_READY if not_ready else EXIT_OK

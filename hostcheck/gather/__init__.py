@@ -137,6 +137,7 @@ def _timed(
     return value
 
 
+# long: each gatherer's closure with its timing beside the threads that run them; a table of gatherers would halve it
 def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHERERS)) -> Snapshot:
     """Run the gatherers the selected checks need; the torch probe and the workload run beside system and
     tuning."""

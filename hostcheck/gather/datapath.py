@@ -33,10 +33,6 @@ READERS = 4
 #: Files looked at to find ones to read, at most.
 MAX_FILES = 20000
 CHUNK = 1 << 20
-#: Need per GPU when no --data-rate is given: ResNet-50 v1.5 trains at 2470 img/s on one A100 80GB with mixed
-#: precision (NVIDIA DeepLearningExamples, PyTorch ConvNets README) and ImageNet's training JPEGs average about
-#: 110 KB (1,281,167 files in the 138 GB ILSVRC2012_img_train.tar): 2470 x 0.11 MB = 272 MB/s.
-DEFAULT_NEED_MB_S_PER_GPU = 270.0
 #: File systems without a block device of their own that hold data in memory.
 MEMORY_FS = ("tmpfs", "ramfs", "hugetlbfs")
 

@@ -422,7 +422,7 @@ def _stacks(procs: Sequence[HookProcess]) -> dict[str, Any]:
     return out
 
 
-def analyse(
+def analyse(  # long: one pass from the observation and hook records to every figure the verdict reads
     obs: Observation,
     hooks: Sequence[HookProcess],
     data_dirs: Sequence[DataDir] = (),

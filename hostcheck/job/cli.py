@@ -17,7 +17,9 @@ import shutil
 import sys
 import tempfile
 from argparse import ArgumentError
+from typing import Any
 
+from hostcheck import config
 from hostcheck.argtypes import seconds
 from hostcheck.child.launch import remove_at_death, removed
 from hostcheck.gather.datapath import describe_dir, read_mounts
@@ -101,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, bad)
     if not MIN_INTERVAL_S <= args.interval <= 60:
         raise ArgumentError(None, f"--interval: from {MIN_INTERVAL_S:g} to 60 seconds")
+    try:  # [thresholds] of the file `hostcheck check` reads, where it exists: read before the command starts
+        lines = config.load(None, explicit=False).job_thresholds
+    except config.ConfigError as exc:
+        raise ArgumentError(None, str(exc)) from None
     keep = args.keep_records
     if keep is not None:
         if not os.path.isdir(keep) or os.listdir(keep):
@@ -124,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
             removed(run_dir)
     try:
-        _report(args, obs, hooks, dropped)
+        _report(args, obs, hooks, dropped, lines)
     except (
         Exception
     ) as exc:  # records the job wrote are its own: whatever they hold, its exit code comes back
@@ -132,7 +138,13 @@ def run(args: argparse.Namespace) -> int:
     return obs.exit_code
 
 
-def _report(args: argparse.Namespace, obs: Observation, hooks: list[HookProcess], dropped: list[str]) -> None:
+def _report(
+    args: argparse.Namespace,
+    obs: Observation,
+    hooks: list[HookProcess],
+    dropped: list[str],
+    lines: Any = None,
+) -> None:
     dirs = list(args.data_dir or [])
     for h in hooks:
         for it in h.iterators:
@@ -142,7 +154,7 @@ def _report(args: argparse.Namespace, obs: Observation, hooks: list[HookProcess]
     mounts = read_mounts()
     data_dirs = [describe_dir(d, mounts) for d in dirs]
     a = analyse(obs, hooks, data_dirs, dropped)
-    v = diagnose(a)
+    v = diagnose(a) if lines is None else diagnose(a, lines)
     _write(args, a, v)
 
 

@@ -1,8 +1,8 @@
 """The verdict on a job: what held it back, the evidence, and the fix in the terms of our roles' settings.
 
-Pure: an :class:`~hostcheck.job.analyse.Analysis` in, a :class:`Diagnosis` out. Every threshold is a named constant
-here and a row of docs/job.md, with where it comes from; the newer ones are rows of hostcheck/data/
-job_thresholds.json (value, unit, source or own basis). The rules, in order:
+Pure: an :class:`~hostcheck.job.analyse.Analysis` and the effective lines in, a :class:`Diagnosis` out. Every
+threshold is a row of hostcheck/data/job_thresholds.json (value, unit, source or own basis, read through
+hostcheck/thresholds.py) and of docs/job.md; the names below are those rows'. The rules, in order:
 
 1. a DataLoader worker died or raised (the job's error says so): ``worker-died``;
 2. fewer than MIN_BATCHES batches: ``idle-gpu`` when a GPU sat under its busy target, else ``no-training-loop``;
@@ -33,58 +33,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hostcheck import fixes
-from hostcheck.config import _threshold_defaults
 from hostcheck.job.analyse import SIGNAL_DCGM, SIGNAL_GPM, Analysis
+from hostcheck.thresholds import JobThresholds
 
-#: The job doctor's newer thresholds, each with its source or its own-measurement basis.
-JOB_THRESHOLDS_DATA = Path(__file__).resolve().parents[1] / "data" / "job_thresholds.json"
-_JOB = _threshold_defaults(JOB_THRESHOLDS_DATA)
-
-#: The field's rule of thumb for a training job: keep the GPU's utilisation (NVML: the share of time a kernel
-#: ran) at 90% or more.
-GPU_BUSY_TARGET = 90.0
-#: Data wait share of the loop at or above which the job is input-bound: the complement of the 90% target
-#: (a main thread that waits for data more than 10% of the time cannot queue GPU work for that time).
-INPUT_WAIT_SHARE = 0.10
-#: Exposed communication share of a step at or above which the job is communication-bound (the same 10%).
-COMM_SHARE = 0.10
-#: Fewer batches than this is no loop to judge.
-MIN_BATCHES = 5
-#: A DataLoader worker using this much of a core (on average over the loop) is busy decoding (ours).
-WORKER_SATURATED = 0.80
-#: The job's processes using this share of the cores leave nothing for more workers (ours).
-JOB_SATURATED = 0.90
-#: Other processes using this share of the cores during the loop is worth saying: the job competed (ours).
-CONTENDED = 0.25
-#: The main process (num_workers=0) using this much of a core while it loads is decoding itself (ours).
-MAIN_LOADING_CPU = 0.50
-#: /dev/shm this full at its peak is what kills workers with "bus error" next (ours).
-SHM_FULL = 0.90
-#: Storage is the limit when a dataset disk was busy this share of the loop (iostat's %util) ...
-DISK_BUSY = 0.80
-#: ... or the loaders spent this share of their time blocked on block I/O (delay accounting) ...
-BLKIO_SHARE = 0.20
-#: ... or tasks stalled on I/O this share of the time, node-wide (PSI io "some"), while the job itself read
-#: from storage at least JOB_READ_MB_S: node-wide stalls alone may be another process's writeback (ours).
-PSI_IO_SHARE = 0.20
-JOB_READ_MB_S = 1.0
-#: Epoch starts that wait this long on average for new workers call for persistent_workers=True (ours).
-EPOCH_START_WAIT_S = 1.0
-#: SM activity (NVML GPM) at or above which the GPUs are busy: DCGM's guidance for its SM-activity field.
-SM_ACTIVE_TARGET = float(_JOB["sm_active_target_pct"])
-#: The loop's processes using less than this many cores (each, over the loop) are not computing (own).
-HOST_BLOCKED_CPU = float(_JOB["host_blocked_cpu_cores"])
-#: ... and, where the loop thread's stack was sampled, asleep in this share of the samples in its steps (own).
-HOST_BLOCKED_ASLEEP = float(_JOB["host_blocked_asleep_share"])
-#: Fewer stack samples in the steps than this are no evidence either way (own).
-MIN_STACK_SAMPLES = int(_JOB["min_stack_samples"])
-#: What handing one batch from a worker to the main thread costs it (own measurement): a fetch in the main
-#: process cheaper than this is not sped up by workers.
-WORKER_HANDOFF_MS = float(_JOB["worker_handoff_ms"])
+#: The shipped lines (hostcheck/data/job_thresholds.json: each row with its source or its own basis); ``hostcheck
+#: job`` passes the configuration's effective ones ([thresholds] applied).
+DEFAULT = JobThresholds()
 
 KINDS = (
     "input-bound",
@@ -183,9 +140,9 @@ def _first_sentence(e: dict[str, Any]) -> str:
     return first.split(". ", 1)[0].rstrip(".")[:200]
 
 
-def _shm_cause(a: Analysis, from_error: bool) -> Cause | None:
+def _shm_cause(a: Analysis, from_error: bool, t: Any = DEFAULT) -> Cause | None:
     size, peak = a.shm.get("size_bytes"), a.shm.get("peak_bytes")
-    full = bool(size and peak is not None and peak >= SHM_FULL * size)
+    full = bool(size and peak is not None and peak >= t.shm_full_share * size)
     if not (full or from_error):
         return None
     gib = 1 << 30
@@ -194,7 +151,7 @@ def _shm_cause(a: Analysis, from_error: bool) -> Cause | None:
     why = "a worker was killed by a bus error / shared-memory failure; " if from_error else ""
     return Cause(
         "shared-memory",
-        f"{why}{seen} (full at {pct(SHM_FULL)}): workers pass every batch through /dev/shm",
+        f"{why}{seen} (full at {pct(t.shm_full_share)}): workers pass every batch through /dev/shm",
         fixes.SHM.format(size=f"{want}G") + f"; in a container: --shm-size={want}g or --ipc=host",
     )
 
@@ -205,11 +162,11 @@ def _gib(n: int | None) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
-def _worker_died(a: Analysis, e: dict[str, Any]) -> list[Cause]:
+def _worker_died(a: Analysis, e: dict[str, Any], t: Any = DEFAULT) -> list[Cause]:
     text = _error_text(e)
     first = _first_sentence(e)
     if _SHM_WORDS.search(text):
-        shm = _shm_cause(a, from_error=True)
+        shm = _shm_cause(a, from_error=True, t=t)
         return [shm] if shm else []
     if "signal: Killed" in text:
         return [
@@ -244,18 +201,19 @@ def _worker_died(a: Analysis, e: dict[str, Any]) -> list[Cause]:
     ]
 
 
-def _input_causes(a: Analysis) -> list[Cause]:
+# long: the input-bound causes in the order the fix lists them; they read the same figures and must not contradict
+def _input_causes(a: Analysis, t: Any = DEFAULT) -> list[Cause]:
     causes: list[Cause] = []
-    shm = _shm_cause(a, from_error=False)
+    shm = _shm_cause(a, from_error=False, t=t)
     if shm:
         causes.append(shm)
     nw = _num_workers(a)
     cpu = a.cpu
     cores = a.cores
     job_cpu = cpu.get("job")
-    node_full = job_cpu is not None and job_cpu >= JOB_SATURATED * cores
+    node_full = job_cpu is not None and job_cpu >= t.job_saturated_share * cores
     wmean = cpu.get("worker_mean")
-    saturated = bool(nw and wmean is not None and wmean >= WORKER_SATURATED)
+    saturated = bool(nw and wmean is not None and wmean >= t.worker_saturated_cores)
     main_cpu = cpu.get("main")
     pil = next(((r.final or {}).get("pil") for r in a.ranks if (r.final or {}).get("pil")), None)
     want = _suggest_workers(a)
@@ -273,12 +231,12 @@ def _input_causes(a: Analysis) -> list[Cause]:
             "dataset pre-decoded at training size"
         )
         ev = (
-            f"workers used {wmean:.2f} of a core each (busy at {WORKER_SATURATED:.0%})"
+            f"workers used {wmean:.2f} of a core each (busy at {t.worker_saturated_cores:.0%})"
             if saturated
-            else f"the job used {job_cpu:.1f} of {cores} cores (full at {JOB_SATURATED:.0%})"
+            else f"the job used {job_cpu:.1f} of {cores} cores (full at {t.job_saturated_share:.0%})"
         )
         causes.append(Cause("cpu-decode", ev + ": loading and decoding is CPU-bound", "; ".join(decode_fix)))
-    storage = _storage_evidence(a)
+    storage = _storage_evidence(a, t=t)
     if storage and not saturated:
         causes.append(
             Cause(
@@ -289,14 +247,14 @@ def _input_causes(a: Analysis) -> list[Cause]:
             )
         )
     node_busy = cpu.get("node_busy")
-    node_saturated = node_busy is not None and node_busy >= JOB_SATURATED * cores and not node_full
+    node_saturated = node_busy is not None and node_busy >= t.job_saturated_share * cores and not node_full
     fetch_ms = _main_fetch_ms(a)
-    if nw == 0 and fetch_ms is not None and fetch_ms < WORKER_HANDOFF_MS and not storage and not shm:
+    if nw == 0 and fetch_ms is not None and fetch_ms < t.worker_handoff_ms and not storage and not shm:
         causes.append(
             Cause(
                 "cheap-fetch",
                 f"num_workers=0 and a batch took {fetch_ms:.2f} ms to fetch in the main process (median), less "
-                f"than handing a batch over from a worker costs (about {WORKER_HANDOFF_MS:g} ms): workers "
+                f"than handing a batch over from a worker costs (about {t.worker_handoff_ms:g} ms): workers "
                 "would make each batch slower",
                 "no workers needed; the wait is per-sample indexing and collation: fetch whole batches at once "
                 "(DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), "
@@ -306,7 +264,7 @@ def _input_causes(a: Analysis) -> list[Cause]:
         )
     elif nw == 0:
         ev = f"num_workers=0: the main process loads every batch itself (CPU {_cores(main_cpu)})"
-        if main_cpu is not None and main_cpu >= MAIN_LOADING_CPU:
+        if main_cpu is not None and main_cpu >= t.main_loading_cpu_cores:
             ev += ", decoding while the model waits"
         if fetch_ms is not None:
             ev += f"; a batch takes {fetch_ms:.1f} ms to fetch, more than a worker's hand-off"
@@ -364,30 +322,30 @@ def _cores(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f} cores"
 
 
-def _storage_evidence(a: Analysis) -> str | None:
+def _storage_evidence(a: Analysis, t: Any = DEFAULT) -> str | None:
     parts = []
     for d in a.io.get("devices") or ():
-        if d.get("util") is not None and d["util"] >= DISK_BUSY:
+        if d.get("util") is not None and d["util"] >= t.disk_busy_share:
             rot = " (a rotational disk)" if d.get("rotational") else ""
             parts.append(
                 f"{d['device']}{rot} holding {', '.join(d['dirs'])} was busy {pct(d['util'])} of the loop "
                 f"reading {d.get('read_mb_s')} MB/s"
             )
     blk = a.io.get("loader_blkio_share")
-    if blk is not None and blk >= BLKIO_SHARE:
+    if blk is not None and blk >= t.blkio_share:
         parts.append(f"the loaders were blocked on disk reads {pct(blk)} of the time")
     psi, read = a.io.get("psi_io_some"), a.io.get("job_read_mb_s")
-    if psi is not None and psi >= PSI_IO_SHARE and read is not None and read >= JOB_READ_MB_S:
+    if psi is not None and psi >= t.psi_io_share and read is not None and read >= t.job_read_mb_s:
         parts.append(
             f"the job read {read:g} MB/s from storage while tasks stalled on I/O {pct(psi)} of the time (PSI)"
         )
     return "; ".join(parts) or None
 
 
-def _findings(a: Analysis, kind: str) -> list[Cause]:
+def _findings(a: Analysis, kind: str, t: Any = DEFAULT) -> list[Cause]:
     out = []
     node, job = a.cpu.get("node_busy"), a.cpu.get("job")
-    if node is not None and job is not None and node - job >= CONTENDED * a.cores:
+    if node is not None and job is not None and node - job >= t.contended_share * a.cores:
         out.append(
             Cause(
                 "cpu-contended",
@@ -419,7 +377,7 @@ def _findings(a: Analysis, kind: str) -> list[Cause]:
                 )
             )
     end_wait = a.comm.get("end_wait_s")
-    if end_wait and a.loop_s > 0 and end_wait >= COMM_SHARE * a.loop_s:
+    if end_wait and a.loop_s > 0 and end_wait >= t.comm_share * a.loop_s:
         out.append(
             Cause(
                 "end-wait",
@@ -440,7 +398,11 @@ def _findings(a: Analysis, kind: str) -> list[Cause]:
         )
     for r in a.ranks:
         waits = r.times.epoch_start_waits_s
-        if waits and not r.loader.get("persistent_workers") and sum(waits) / len(waits) >= EPOCH_START_WAIT_S:
+        if (
+            waits
+            and not r.loader.get("persistent_workers")
+            and sum(waits) / len(waits) >= t.epoch_start_wait_s
+        ):
             out.append(
                 Cause(
                     "persistent-workers",
@@ -485,9 +447,9 @@ def _gpu_settings(a: Analysis) -> list[Cause]:
     return out
 
 
-def gpu_target(a: Analysis) -> float:
+def gpu_target(a: Analysis, t: Any = DEFAULT) -> float:
     """The busy line for the signal the GPUs were judged by (SM activity or, the last resort, utilisation)."""
-    return SM_ACTIVE_TARGET if a.gpu_signal in (SIGNAL_GPM, SIGNAL_DCGM) else GPU_BUSY_TARGET
+    return t.sm_active_target_pct if a.gpu_signal in (SIGNAL_GPM, SIGNAL_DCGM) else t.gpu_busy_target_pct
 
 
 def gpu_words(a: Analysis) -> str:
@@ -502,7 +464,7 @@ def gpu_words(a: Analysis) -> str:
     return f"GPU utilisation {util:.0f}% (NVML: kernel-time utilisation, not SM activity)"
 
 
-def _host_blocked(a: Analysis) -> Cause | None:
+def _host_blocked(a: Analysis, t: Any = DEFAULT) -> Cause | None:
     """The loop thread neither computes (its processes barely use a core) nor waits for data or communicates
     (rules 4 and 5 came first): it waits in some other host call. Stack samples, where there are enough,
     must agree (the thread asleep in most samples taken in its steps); they also say where it waits."""
@@ -510,18 +472,22 @@ def _host_blocked(a: Analysis) -> Cause | None:
     if main is None or not a.ranks:
         return None
     per_rank = main / len(a.ranks)
-    if per_rank >= HOST_BLOCKED_CPU:
+    if per_rank >= t.host_blocked_cpu_cores:
         return None
     st = a.stacks or {}
     in_steps = (st.get("where") or {}).get("step", 0)
     states = st.get("state") or {}
     asleep = sum(v for k, v in states.items() if k in ("S", "D"))
-    if in_steps >= MIN_STACK_SAMPLES and states and asleep < HOST_BLOCKED_ASLEEP * sum(states.values()):
+    if (
+        in_steps >= t.min_stack_samples
+        and states
+        and asleep < t.host_blocked_asleep_share * sum(states.values())
+    ):
         return None
-    ev = f"the loop's process used {per_rank:.2f} cores over the loop (computing from {HOST_BLOCKED_CPU:g})"
+    ev = f"the loop's process used {per_rank:.2f} cores over the loop (computing from {t.host_blocked_cpu_cores:g})"
     where = ""
     top = st.get("top") or []
-    if in_steps >= MIN_STACK_SAMPLES and top:
+    if in_steps >= t.min_stack_samples and top:
         frames, n = top[0]
         ev += f"; in {n} of {in_steps} stack samples taken between batches the thread was at {frames}"
         where = f" (at {frames.split(' < ')[0]})"
@@ -530,7 +496,7 @@ def _host_blocked(a: Analysis) -> Cause | None:
         wchan = [w for w, _n in st.get("wchan") or [] if w not in ("0", "")]
         if wchan:
             ev += f"; kernel wait channel {wchan[0]}"
-    elif in_steps < MIN_STACK_SAMPLES:
+    elif in_steps < t.min_stack_samples:
         ev += f"; too few stack samples to say where ({in_steps})"
     return Cause(
         "host-call",
@@ -541,24 +507,24 @@ def _host_blocked(a: Analysis) -> Cause | None:
     )
 
 
-def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
+def _loop_kind(a: Analysis, t: Any = DEFAULT) -> tuple[str, list[Cause], str]:
     """The loop's classification (rules 3 to 8), its causes and a one-line headline."""
     util = a.gpu_util
     w = a.wait_share
     comm = a.comm.get("share")
     gpu = gpu_words(a)
-    target = gpu_target(a)
+    target = gpu_target(a, t=t)
     if util is not None and util >= target:
         return "compute-bound", [], f"compute-bound: {gpu} (target {target:.0f}%)"
-    if w is not None and w >= INPUT_WAIT_SHARE:
-        causes = _input_causes(a)
+    if w is not None and w >= t.input_wait_share:
+        causes = _input_causes(a, t=t)
         why = ", ".join(c.id for c in causes)
         return (
             "input-bound",
             causes,
             f"input-bound ({why}): the main thread waited for data {pct(w)} of the loop",
         )
-    if comm is not None and comm >= COMM_SHARE:
+    if comm is not None and comm >= t.comm_share:
         return (
             "communication-bound",
             [
@@ -574,7 +540,7 @@ def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
             ],
             f"communication-bound: communication took {pct(comm)} of the loop",
         )
-    blocked = _host_blocked(a)
+    blocked = _host_blocked(a, t=t)
     if blocked is not None:
         return (
             "host-blocked",
@@ -594,7 +560,7 @@ def _loop_kind(a: Analysis) -> tuple[str, list[Cause], str]:
     return (
         "compute-bound",
         [],
-        f"compute-bound {where}: data wait {pct(w)} of the loop (input-bound from {pct(INPUT_WAIT_SHARE)})".replace(
+        f"compute-bound {where}: data wait {pct(w)} of the loop (input-bound from {pct(t.input_wait_share)})".replace(
             "  ", " "
         ),
     )
@@ -639,38 +605,38 @@ def _idle_causes(a: Analysis) -> list[Cause]:
     ]
 
 
-def diagnose(a: Analysis) -> Diagnosis:
+def diagnose(a: Analysis, t: Any = DEFAULT) -> Diagnosis:
     """Apply the rules of the module's docstring."""
     measures = {
         "wait_share": None if a.wait_share is None else round(a.wait_share, 4),
-        "input_wait_share_threshold": INPUT_WAIT_SHARE,
+        "input_wait_share_threshold": t.input_wait_share,
         "gpu_util": None if a.gpu_util is None else round(a.gpu_util, 1),
         "gpu_signal": a.gpu_signal,
-        "gpu_busy_target": gpu_target(a),
+        "gpu_busy_target": gpu_target(a, t=t),
         "comm_share": a.comm.get("share"),
-        "comm_share_threshold": COMM_SHARE,
+        "comm_share_threshold": t.comm_share,
         "batches": a.batches,
-        "min_batches": MIN_BATCHES,
+        "min_batches": t.min_batches,
         "end_wait_s": a.comm.get("end_wait_s"),
-        "host_blocked_cpu_threshold": HOST_BLOCKED_CPU,
+        "host_blocked_cpu_threshold": t.host_blocked_cpu_cores,
     }
     err = worker_error(a)
     if err is not None:
-        causes = _worker_died(a, err)
+        causes = _worker_died(a, err, t=t)
         loop_kind = None
-        if a.batches >= MIN_BATCHES:
-            loop_kind, _, _ = _loop_kind(a)
+        if a.batches >= t.min_batches:
+            loop_kind, _, _ = _loop_kind(a, t=t)
         return Diagnosis(
             "worker-died",
             f"a DataLoader worker died: {_first_sentence(err)}",
             tuple(causes),
-            tuple(_findings(a, "worker-died")),
+            tuple(_findings(a, "worker-died", t=t)),
             loop_kind,
             measures,
         )
-    if a.batches < MIN_BATCHES:
+    if a.batches < t.min_batches:
         util = a.gpu_util
-        if util is not None and util < gpu_target(a):
+        if util is not None and util < gpu_target(a, t=t):
             return Diagnosis(
                 "idle-gpu",
                 f"idle GPU ({gpu_words(a)}) and {a.batches} DataLoader batches in {a.duration_s:.0f} s",
@@ -689,7 +655,7 @@ def diagnose(a: Analysis) -> Diagnosis:
         else:
             cause = Cause(
                 "no-loop",
-                f"the hook saw fewer than {MIN_BATCHES} batches from torch.utils.data.DataLoader",
+                f"the hook saw fewer than {t.min_batches} batches from torch.utils.data.DataLoader",
                 "give it a longer --seconds window, or the job does not iterate a torch DataLoader "
                 "(its own loader, or not Python: the hook is loaded by Python's site module)",
             )
@@ -702,5 +668,5 @@ def diagnose(a: Analysis) -> Diagnosis:
             None,
             measures,
         )
-    kind, causes, headline = _loop_kind(a)
-    return Diagnosis(kind, headline, tuple(causes), tuple(_findings(a, kind)), None, measures)
+    kind, causes, headline = _loop_kind(a, t=t)
+    return Diagnosis(kind, headline, tuple(causes), tuple(_findings(a, kind, t=t)), None, measures)

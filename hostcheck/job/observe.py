@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hostcheck.child.launch import Launch
+from hostcheck.exitcodes import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SIGNAL_BASE
 from hostcheck.gather.nvml import GpuSample, NvmlSampler
 from hostcheck.job.dcgm import DcgmRow, DcgmSampler
 from hostcheck.job.links import fabric_moved, read_rdma_counters
@@ -31,8 +32,6 @@ from hostcheck.job.sample import ProcInfo, ProcSample, ProcSampler, Series
 JOBSITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inside", "jobsite")
 #: Where the hook writes its records (hostcheck/inside/job_hook.py reads the same name).
 DIR_VAR = "HOSTCHECK_JOB_DIR"
-#: Shell conventions for a command that could not start (bash, env(1), timeout(1)).
-EXIT_NOT_FOUND, EXIT_NOT_EXECUTABLE = 127, 126
 #: NVML's PCIe counters take 20 ms a call: read them every this many samples.
 PCIE_EVERY = 4
 #: The GPUs' process lists every this many samples.
@@ -127,6 +126,7 @@ class _Loop(threading.Thread):
             self.stop_event.wait(max(0.0, next_t - time.monotonic()))
 
 
+# long: start, sampling loop, signal forwarding and end of one command share its process handle and deadlines
 def observe(
     argv: Sequence[str],
     run_dir: str,
@@ -246,9 +246,9 @@ def observe(
     if ended_by == "window":
         code = 0
     elif ended_by == "signal":
-        code = 128 + (signum or signal.SIGINT)
+        code = EXIT_SIGNAL_BASE + (signum or signal.SIGINT)
     else:
-        code = rc if rc is not None and rc >= 0 else 128 + -(rc or 0)
+        code = rc if rc is not None and rc >= 0 else EXIT_SIGNAL_BASE + -(rc or 0)
     gpu_loop = loops[1]
     proc_loop = loops[0]
     dcgm_error = loops[2].error

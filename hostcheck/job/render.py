@@ -48,6 +48,7 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+# long: the text report top to bottom, one section after another, as the reader sees it
 def render_text(a: Analysis, v: Diagnosis) -> str:
     cmd = shlex.join(a.command) if a.command else ""
     lines = [

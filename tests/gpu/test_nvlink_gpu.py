@@ -10,9 +10,8 @@ import pytest
 
 pynvml = pytest.importorskip("pynvml")
 
-from hostcheck.cli import evaluate  # noqa: E402
-
 from hostcheck.checks import all_checks  # noqa: E402
+from hostcheck.core import evaluate  # noqa: E402
 from hostcheck.gather import Options, gather  # noqa: E402
 from hostcheck.gather.base import Unavailable  # noqa: E402
 from hostcheck.gather.nvml import gather_nvml, nvlink_counters  # noqa: E402

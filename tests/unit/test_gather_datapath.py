@@ -201,3 +201,21 @@ def test_the_fact_names_the_directories_when_the_command_line_does_not(tmp_path,
         ((str(tmp_path),), "gpunode_tuning.data_dirs"),
         (("/x",), "--data-dir"),
     ]
+
+
+def test_the_need_per_gpu_and_the_free_share_are_the_configurations(healthy):
+    """The judgement left the gatherer: the check reads [thresholds] data_read_need_mb_s_per_gpu and
+    data_free_warn_fraction from the effective configuration."""
+    from hostcheck import config
+
+    site = config.parse(
+        {"thresholds": {"data_read_need_mb_s_per_gpu": 500.0, "data_free_warn_fraction": 0.02}}
+    )
+    with_site = replace(healthy, options=replace(healthy.options, config=site))
+    # 3000 MB/s for 8 GPUs: enough at 270 each (2160), too slow at 500 each (4000).
+    assert judged(healthy, [data_dir(mb_s=3000.0)]).status is Status.PASS
+    r = judged(with_site, [data_dir(mb_s=3000.0)])
+    assert r.status is Status.FAIL and "4000 MB/s (500 MB/s per GPU x 8" in r.expected
+    # 3% free warns under the shipped 10%, not under a site's 2%.
+    assert judged(healthy, [data_dir(free=0.03)], rate=100).status is Status.WARN
+    assert judged(with_site, [data_dir(free=0.03)], rate=100).status is Status.PASS

@@ -10,7 +10,7 @@ import pytest
 
 from hostcheck.job import png
 from hostcheck.job.analyse import Analysis, Rank
-from hostcheck.job.diagnosis import GPU_BUSY_TARGET, INPUT_WAIT_SHARE, diagnose
+from hostcheck.job.diagnosis import DEFAULT, diagnose
 from hostcheck.job.records import LoopTimes
 from hostcheck.job.render import render_text, report_dict
 
@@ -88,7 +88,7 @@ def ids(causes) -> list[str]:
 
 
 def test_a_busy_gpu_is_compute_bound_whatever_the_wait():
-    v = diagnose(analysis(ranks=(rank(wait_share=0.3),), gpu_util=GPU_BUSY_TARGET))
+    v = diagnose(analysis(ranks=(rank(wait_share=0.3),), gpu_util=DEFAULT.gpu_busy_target_pct))
     assert v.kind == "compute-bound" and v.causes == ()
 
 
@@ -234,7 +234,7 @@ def test_the_text_leads_with_the_verdict_and_shows_the_gpu():
     assert "  fix       DataLoader(num_workers=31" in text
     assert "  GPU 0     utilisation 41% (kernel time, not SM activity), memory 10.0 GiB of 80.0 GiB" in text
     doc = report_dict(a, diagnose(a))
-    assert doc["verdict"]["measures"]["input_wait_share_threshold"] == INPUT_WAIT_SHARE
+    assert doc["verdict"]["measures"]["input_wait_share_threshold"] == DEFAULT.input_wait_share
 
 
 def test_the_picture_draws_gpu_busy_and_data_wait():

@@ -124,3 +124,11 @@ def test_the_argument_spec_takes_the_example_and_refuses_a_bad_baseline():
         {"frobnicate": 1},
     ):
         assert validator.validate({"gpunode_health_baseline": bad}).error_messages, bad
+
+
+def test_the_roles_threshold_names_are_the_rows_of_the_thresholds_files():
+    from hostcheck import thresholds
+
+    role = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    assert role["__gpunode_health_threshold_keys"] == list(thresholds.ROWS)
+    assert role["__gpunode_health_threshold_ints"] == [n for n, r in thresholds.ROWS.items() if r.kind is int]

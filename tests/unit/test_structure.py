@@ -230,10 +230,11 @@ def test_the_report_schema_lists_the_names_the_code_defines():
 #: - its renderers in ``NAME/render.py`` or the package ``NAME/render/``: functions named ``render_*``. A module
 #:   called ``render`` is a subcommand's renderers and nothing else.
 #: hostcheck/command.py only dispatches: of the subcommands it imports their ``cli`` modules and nothing else, and
-#: beside them only what every command shares (the version, the child-process registry it empties on a signal).
+#: beside them only what every command shares (the version, the child-process registry it empties on a signal, the
+#: exit codes).
 CLI_NAMES = ("SUMMARY", "DESCRIPTION", "EPILOG")
 CLI_FUNCTIONS = {"add_arguments": 1, "run": 1}
-COMMAND_SHARES = {"hostcheck", "hostcheck.child.launch"}
+COMMAND_SHARES = {"hostcheck", "hostcheck.child.launch", "hostcheck.exitcodes"}
 
 
 def _top_level(path: Path) -> tuple[set[str], dict[str, int]]:
@@ -387,3 +388,240 @@ def test_a_second_class_of_one_name_is_refused(tmp_path):
     (tmp_path / "diagnosis.py").write_text("class Verdict:\n    pass\nclass Diagnosis:\n    pass\n")
     mods = {"hostcheck.score": tmp_path / "score.py", "hostcheck.job.diagnosis": tmp_path / "diagnosis.py"}
     assert class_name_homes(mods) == {"Verdict": ["hostcheck.score", "hostcheck.job.diagnosis"]}
+
+
+# --- one definition for every exit code --------------------------------------------------------------------
+EXIT_HOME = "hostcheck.exitcodes"
+
+
+def exit_code_copies(name: str, source: str) -> list[str]:
+    """Every name ``EXIT_*`` bound to a value in module ``name`` outside hostcheck/exitcodes.py (importing one
+    is fine: that is how a subcommand uses them)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id.startswith("EXIT_") and name != EXIT_HOME:
+                        found.append(f"{name}:{node.lineno}: {n.id} defines an exit code (use {EXIT_HOME}'s)")
+    return found
+
+
+def test_exit_codes_are_defined_once():
+    found = [f for name, path in modules().items() for f in exit_code_copies(name, path.read_text())]
+    assert found == []
+
+
+def test_a_second_exit_code_definition_is_refused():
+    planted = (
+        "from hostcheck.exitcodes import EXIT_USAGE\nEXIT_OK, EXIT_USAGE = 0, 2\nEXIT_NOT_FOUND: int = 127\n"
+    )
+    assert exit_code_copies("hostcheck.fleet", planted) == [
+        "hostcheck.fleet:2: EXIT_OK defines an exit code (use hostcheck.exitcodes's)",
+        "hostcheck.fleet:2: EXIT_USAGE defines an exit code (use hostcheck.exitcodes's)",
+        "hostcheck.fleet:3: EXIT_NOT_FOUND defines an exit code (use hostcheck.exitcodes's)",
+    ]
+    assert exit_code_copies(EXIT_HOME, "EXIT_OK = 0\n") == []
+
+
+# --- no threshold as a literal in the judging code -------------------------------------------------------------
+#: Where judgements are made: every threshold there is a row of hostcheck/data/thresholds.json or
+#: job_thresholds.json, read through hostcheck/thresholds.py, never a number in the code.
+JUDGING = ("hostcheck.checks", "hostcheck.job.diagnosis")
+#: The rule: a number other than 0 and 1 inside a comparison, or an upper-case module constant bound to a number
+#: (or to arithmetic of numbers and names, or to a dict of them). Each exception below is named with why: the key
+#: is (module, the function or constant it sits in, the number; None for a constant).
+NOT_THRESHOLDS = {
+    ("hostcheck.checks.system", "python_version", 3): "Python 3.9, requires-python: a version, not a line",
+    ("hostcheck.checks.system", "python_version", 9): "Python 3.9, requires-python: a version, not a line",
+    ("hostcheck.checks.tuning", "_human", 1024): "the step between KiB, MiB and GiB: a unit",
+    (
+        "hostcheck.checks.tuning",
+        "threads",
+        2,
+    ): "half of the per-rank thread budget warns: a warn-only share of a count, candidate for a row",
+    ("hostcheck.checks.tuning", "SHM_MIN_BYTES", None): "fails below 1 GiB with no public figure found: the "
+    "loader would refuse it as a row (own and fail), so it stays named here until a source is found",
+    (
+        "hostcheck.checks.workload.grading",
+        "PCIE_GBS_PER_LANE",
+        None,
+    ): "the PCIe specifications' transfer rates",
+    ("hostcheck.checks.workload.grading", "busbw_status", 2): "a collective needs two GPUs: a count",
+    ("hostcheck.checks.workload.grading", "loss_numerics", 2): "a trend needs two losses: a count",
+    ("hostcheck.checks.workload.grading", "scaler_status", 2): "more than half of the steps skipped warns: a "
+    "majority, candidate for a row",
+    ("hostcheck.checks.fabric", "_gpu_names", 8): "a PCI domain is at most 8 hex digits: a format",
+    (
+        "hostcheck.checks.nvlink",
+        "NAMED",
+        None,
+    ): "links named one by one in a message, the rest counted: a layout",
+    ("hostcheck.checks.workload.peers", "peer_ratios", 2): "a peer comparison needs two GPUs: a count",
+    ("hostcheck.checks.workload.sku", "_allreduce", 2): "an all_reduce line needs two GPUs: a count",
+    ("hostcheck.checks.workload.training", "busbw", 2): "a collective needs two ranks: a count",
+    ("hostcheck.job.diagnosis", "_gib", 30): "1 << 30: a unit (GiB)",
+}
+
+
+def _numbers(node: ast.AST) -> list[int | float]:
+    return [
+        n.value
+        for n in ast.walk(node)
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
+    ]
+
+
+def _numeric_expr(node: ast.AST) -> bool:
+    """A number, or arithmetic of numbers and names (``1 * GiB``, ``64 << 20``), with at least one number."""
+    simple = (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.operator, ast.unaryop)
+    return all(isinstance(n, simple) for n in ast.walk(node)) and bool(_numbers(node))
+
+
+def threshold_literals(name: str, source: str) -> list[tuple[str, str, int | float | None]]:
+    """(module, scope, number) of every number the rule above finds in ``source``."""
+    tree = ast.parse(source)
+    found: list[tuple[str, str, int | float | None]] = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            upper = [t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()]
+            values = list(node.value.values) if isinstance(node.value, ast.Dict) else [node.value]
+            if upper and any(v is not None and _numeric_expr(v) for v in values):
+                found.append((name, upper[0], None))
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope
+            if isinstance(child, ast.Compare):
+                found.extend((name, inner, v) for v in _numbers(child) if v not in (0, 1))
+            visit(child, inner)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_no_threshold_is_a_literal_in_the_checks_or_the_job_verdict():
+    found = [
+        f
+        for name, path in modules().items()
+        if name.startswith(JUDGING)
+        for f in threshold_literals(name, path.read_text())
+    ]
+    unexplained = sorted({f for f in found if f not in NOT_THRESHOLDS}, key=str)
+    assert unexplained == [], (
+        "make each a row of hostcheck/data/thresholds.json (or name it in NOT_THRESHOLDS)"
+    )
+    stale = sorted(set(NOT_THRESHOLDS) - set(found), key=str)
+    assert stale == [], "these exceptions no longer occur: remove them from NOT_THRESHOLDS"
+
+
+def test_a_planted_threshold_literal_is_caught():
+    planted = (
+        "PASS_FRACTION = 0.90\n"
+        "SHM = 1 * GiB\n"
+        "RATES = {1: 2.5, 2: 5.0}\n"
+        "NAME = 'x'\n"
+        "def amp(speedup, th):\n"
+        "    if speedup < 1:\n"  # 1 and 0 are no thresholds
+        "        return 'fail'\n"
+        "    if speedup < 1.3 or speedup < th.amp_speedup_warn:\n"
+        "        return 'warn'\n"
+        "    return 'pass' if speedup >= 0.95 * th.x else 'warn'\n"
+    )
+    assert threshold_literals("hostcheck.checks.x", planted) == [
+        ("hostcheck.checks.x", "PASS_FRACTION", None),
+        ("hostcheck.checks.x", "SHM", None),
+        ("hostcheck.checks.x", "RATES", None),
+        ("hostcheck.checks.x", "amp", 1.3),
+        ("hostcheck.checks.x", "amp", 0.95),
+    ]
+    clean = "def amp(speedup, th):\n    return speedup < th.amp_speedup_warn\n"
+    assert threshold_literals("hostcheck.checks.x", clean) == []
+
+
+# --- long functions say why ---------------------------------------------------------------------------------
+MAX_FUNCTION_LINES = 100
+
+
+def long_functions(name: str, source: str) -> list[str]:
+    """Every function of more than MAX_FUNCTION_LINES lines (def to its last line) without a ``# long:``
+    comment, on its def line, the line above it or inside it, saying why."""
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            span = node.end_lineno - node.lineno + 1
+            text = lines[max(0, first - 2) : node.end_lineno]
+            if span > MAX_FUNCTION_LINES and not any("# long:" in t for t in text):
+                found.append(f"{name}:{node.lineno}: {node.name} is {span} lines and says no '# long:' why")
+    return found
+
+
+def test_no_function_over_100_lines_without_saying_why():
+    found = [f for name, path in modules().items() for f in long_functions(name, path.read_text())]
+    assert found == []
+
+
+def test_a_planted_long_function_is_caught():
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    planted = "def big():\n" + body
+    assert long_functions("hostcheck.x", planted) == [
+        f"hostcheck.x:1: big is {MAX_FUNCTION_LINES + 1} lines and says no '# long:' why"
+    ]
+    said = "# long: one table of options, read top to bottom\ndef big():\n" + body
+    assert long_functions("hostcheck.x", said) == []
+    short = "def small():\n" + body.splitlines(keepends=True)[0] * (MAX_FUNCTION_LINES - 1)
+    assert long_functions("hostcheck.x", short) == []
+
+
+# --- section names: one definition on each side of the inside/ boundary, and the two agree --------------------
+SECTION_HOME = "hostcheck.gather.workload"
+
+
+def section_lists(name: str, source: str, sections: frozenset[str]) -> list[str]:
+    """Every tuple, list or set literal of two or more workload section names outside SECTION_HOME (a dict keyed
+    by sections, as profiles' per-section arguments, is data about them, not a second list)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            strings = _literal_strings(node)
+            if strings and len(set(strings)) >= 2 and set(strings) <= sections and name != SECTION_HOME:
+                found.append(
+                    f"{name}:{node.lineno}: a second section list {tuple(strings)} (use {SECTION_HOME}'s)"
+                )
+    return found
+
+
+def _inside_section_tables() -> dict[str, set[str]]:
+    """The keys of every ``SECTIONS = {...}`` under hostcheck/inside (read, never imported: it runs in the training
+    Python)."""
+    out = {}
+    for name, path in modules().items():
+        if name.startswith("hostcheck.inside"):
+            for node in ast.parse(path.read_text()).body:
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                if any(isinstance(t, ast.Name) and t.id == "SECTIONS" for t in targets):
+                    out[name] = set(_literal_strings(node.value) or ())
+    return out
+
+
+def test_section_names_are_defined_once_and_the_inside_probe_table_agrees():
+    from hostcheck.gather.workload import DEFAULT_SECTIONS
+
+    sections = frozenset(DEFAULT_SECTIONS)
+    outside = {n: p for n, p in modules().items() if not n.startswith("hostcheck.inside")}
+    assert [f for n, p in outside.items() for f in section_lists(n, p.read_text(), sections)] == []
+    tables = _inside_section_tables()
+    assert tables and all(keys == set(sections) for keys in tables.values()), tables
+
+
+def test_a_second_section_list_is_refused():
+    sections = frozenset(("env", "matmul", "ddp"))
+    planted = "ALL = ('env', 'matmul', 'ddp')\nARGS = {'ddp': {}, 'matmul': {}}\nONE = ('env',)\n"
+    assert section_lists("hostcheck.cli", planted, sections) == [
+        "hostcheck.cli:1: a second section list ('env', 'matmul', 'ddp') (use hostcheck.gather.workload's)"
+    ]
+    assert section_lists(SECTION_HOME, planted, sections) == []

@@ -1,8 +1,8 @@
 """Workload checks (GPU matmul, bandwidth, AMP step, DataLoader, DDP/NCCL, burn-in): ordinary registered
 checks of ``snapshot.workload``, the run that hostcheck.gather.workload launched.
 
-compute.py judges one GPU's speed, training.py the training path; judge.py holds their thresholds and
-sku.py the achievable figures per GPU model. Every check of category ``workload`` runs GPU jobs: ``--quick``
+compute.py judges one GPU's speed, training.py the training path; judge.py holds the judging functions (their
+lines are rows of hostcheck/data/thresholds.json) and sku.py the achievable figures per GPU model. Every check of category ``workload`` runs GPU jobs: ``--quick``
 leaves them (and so their gatherer) out. Tests judge recorded runs, never a GPU.
 """
 

@@ -54,7 +54,7 @@ def workload_check(
     cid: str, title: str, weight: float, section: str | None = None, reads_config: bool = False
 ) -> Callable[[WorkloadFn], WorkloadFn]:
     """Register ``fn(run, gpus, on_gpu) -> Outcome`` as check ``cid`` over the snapshot's workload run;
-    with ``reads_config``, ``fn(run, gpus, on_gpu, config)`` (a site's GPU model figures live there)."""
+    with ``reads_config``, ``fn(run, gpus, on_gpu, config)`` (a site's GPU model figures and [thresholds] live there)."""
 
     def deco(fn: WorkloadFn) -> WorkloadFn:
         @check(cid, title, weight=weight, needs=("workload", "nvml"))

@@ -85,11 +85,14 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
             details.append(f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s but the result is not finite")
             continue
         fig = S.matmul_figure(name, dt, config)
-        st, frac = J.judge_fraction(v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False)
-        st, note = J.on_plateau(st, "matmul_n", m.get("n"))
+        th = J.lines(config)
+        st, frac = J.judge_fraction(
+            v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False, th
+        )
+        st, note = J.on_plateau(st, "matmul_n", m.get("n"), th)
         statuses.append(st)
         if fig:
-            expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} achievable, {fig.basis})"
+            expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} achievable, {fig.basis})"
             details.append(
                 f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({fig.source})"
                 + note
@@ -173,10 +176,10 @@ def _pcie_hint(gpu: Any) -> str:
     return "; ".join(parts)
 
 
-def _link_rates(gpu: Any) -> tuple[float | None, float | None]:
+def _link_rates(gpu: Any, th: Any = J.DEFAULT) -> tuple[float | None, float | None]:
     """(theoretical, achievable pinned) GB/s of a GPU's PCIe link at its maximum generation and width."""
     gen, width = link_int(gpu, "pcie_gen_max"), link_int(gpu, "pcie_width_max")
-    return J.pcie_theoretical_gbs(gen, width), J.pinned_achievable_gbs(gen, width)
+    return J.pcie_theoretical_gbs(gen, width), J.pinned_achievable_gbs(gen, width, th)
 
 
 def _bandwidth_rows(run: WorkloadRun, on_gpu: bool) -> tuple[list[dict], Outcome | None]:
@@ -210,12 +213,13 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
         values.append(v)
         by_gpu[row.get("index")] = v
         lines[row.get("index")] = len(details)
-        theo, ach = _link_rates(gpu)
-        st, _ = J.judge_fraction(v, ach)
-        st, note = J.on_plateau(st, "pinned_bytes", m.get("bytes"))
+        th = J.lines(config)
+        theo, ach = _link_rates(gpu, th)
+        st, _ = J.judge_fraction(v, ach, th=th)
+        st, note = J.on_plateau(st, "pinned_bytes", m.get("bytes"), th)
         statuses.append(st)
         if ach and theo:
-            expected = f">= {J.PASS_FRACTION * ach:.1f} (90% of {ach:.1f} = 0.85 x {theo:.1f} theoretical)"
+            expected = f">= {th.achievable_pass_fraction * ach:.1f} ({th.achievable_pass_fraction:.0%} of {ach:.1f} = {th.pinned_copy_efficiency:g} x {theo:.1f} theoretical)"
             details.append(
                 f"GPU {row.get('index')}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
                 + note
@@ -253,8 +257,9 @@ def d2h_pinned(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outco
     return _pinned(run, gpus, on_gpu, "d2h_pinned", config)
 
 
-@workload_check("workload.E007", "Host<->device bandwidth, pageable", 0.5, "bandwidth")
-def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+@workload_check("workload.E007", "Host<->device bandwidth, pageable", 0.5, "bandwidth", reads_config=True)
+def pageable(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
+    th = J.lines(config)
     rows, early = _bandwidth_rows(run, on_gpu)
     if early is not None:
         return early
@@ -274,7 +279,7 @@ def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
             ratio = f", {v / pinned:.0%} of pinned" if pinned else ""
             details.append(f"GPU {row.get('index')} {key}: {v:.1f} GB/s{ratio}")
             if theo:
-                statuses.append(Status.WARN if v < J.PAGEABLE_WARN_FRACTION * theo else Status.PASS)
+                statuses.append(Status.WARN if v < th.pageable_warn_fraction * theo else Status.PASS)
     status = verdict_or_skip(statuses)
     worst_v = min(values) if values else None
     return _f(
@@ -285,7 +290,7 @@ def pageable(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         else "pageable copies not measured",
         value=worst_v,
         unit="GB/s",
-        expected=f">= {J.PAGEABLE_WARN_FRACTION:.0%} of the link's theoretical rate",
+        expected=f">= {th.pageable_warn_fraction:.0%} of the link's theoretical rate",
         hint="pageable copies are staged by one CPU thread: check memory bandwidth, NUMA placement and "
         "transparent hugepages"
         if status == Status.WARN
@@ -315,11 +320,12 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
         by_gpu[row.get("index")] = v
         lines[row.get("index")] = len(details)
         fig = S.copy_figure(row.get("name"), config)
-        st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE))
-        st, note = J.on_plateau(st, "device_copy_bytes", m.get("bytes"))
+        th = J.lines(config)
+        st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE), th)
+        st, note = J.on_plateau(st, "device_copy_bytes", m.get("bytes"), th)
         statuses.append(st)
         if fig:
-            expected = f">= {J.PASS_FRACTION * fig.value:.0f} (90% of {fig.value:g} GB/s, {fig.basis})"
+            expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} GB/s, {fig.basis})"
             details.append(
                 f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s = {frac:.0%} ({fig.source})" + note
             )

@@ -1,36 +1,34 @@
 """Pure judging functions for the workload checks: no I/O, no torch, tested from plain numbers.
 
-Thresholds and where they come from:
+Every line they judge by is a row of hostcheck/data/thresholds.json (value, unit, basis, source, why), read
+through hostcheck/thresholds.py; each function takes the effective lines (``th``: the configuration's
+``thresholds``, a site's [thresholds] applied) and defaults to the shipped ones:
 
-- Fraction of achievable (matmul, device copy, pinned host<->device): pass at or above 0.90, warn from
-  0.75, fail below. nccl-tests fails when busbw is below 0.9 x NCCL_TESTS_MIN_BW (NVIDIA/nccl-tests);
-  DCGM's diagnostic sets its memory bandwidth floor at 0.75 x measured (its per-SKU limits: H100 80GB HBM3
-  1,905,000 MB/s).
-- PCIe: theoretical per-lane GB/s after line encoding; pinned copies reach about 0.85 of it (the
-  reference H100 node: 54 GB/s pinned on gen5 x16 = 63.0 GB/s theoretical, 0.857), so the achievable
-  pinned figure is 0.85 x theoretical and the pass line 0.90 x 0.85 = 0.765 x theoretical = 48.2 GB/s on
-  gen5 x16, which is Azure HPC health checks' H100 host<->device floor of 48 GB/s (Azure/azurehpc-health-checks).
-- all_reduce bus bandwidth: fail below Meta GCM's critical NCCL floor (180 GB/s with NVLink, 18 GB/s
-  without), warn within 1.05 x of it (Azure HPC health checks' warn band, 1.0-1.05x). Where gpu_skus.json has a
-  line for the SKU and GPU count (Azure's per-SKU checks: 8 x H100 460 GB/s at 16 GiB), below it fails when the
-  message was at least the line's size, and warns otherwise.
-- Plateau sizes (PLATEAU): a line is the figure of a measurement large enough to reach the plateau; a fail
-  measured below matmul n = 4096 (the reference H100 read 98% of its 8192^3 figure there), a 64 MiB pinned copy
-  or a 256 MiB device copy is only a warning (our own sizes: they can only soften a verdict).
-- AMP speedup: our own rule, from the reference H100 (CNN 3.1x fp16 + channels_last, transformer 6.1x
-  bf16): below 1.0x fails (AMP is slower), below 1.3x warns, else passes.
+- fraction of achievable (matmul, device copy, pinned host<->device): pass at ``achievable_pass_fraction``
+  (nccl-tests' 0.9), fail below ``achievable_fail_fraction`` (DCGM's 0.75), warn between;
+- PCIe: the pinned copy's achievable figure is ``pinned_copy_efficiency`` x the link's theoretical rate, which
+  puts the pass line on Azure HPC health checks' H100 floor (48 GB/s on gen5 x16);
+- all_reduce bus bandwidth: fail below Meta GCM's floors (``busbw_floor_nvlink_gbs``/``busbw_floor_pcie_gbs``),
+  warn within ``busbw_warn_band`` of them (Azure's band); a SKU line of gpu_skus.json fails only for a message at
+  least the line's size;
+- plateau sizes (``plateau_*``): a fail measured below them is only a warning (they can only soften a verdict);
+- AMP: slower than fp32 fails, under ``amp_speedup_warn`` warns; DataLoader workers under
+  ``dataloader_speedup_warn`` x num_workers=0 warn, with ``dataloader_min_cpus`` CPUs or more.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from hostcheck.registry import Status
+from hostcheck.thresholds import NodeThresholds
 
-PASS_FRACTION = 0.90
-WARN_FRACTION = 0.75
+#: The shipped lines (hostcheck/data/thresholds.json); the checks pass their configuration's effective ones.
+DEFAULT = NodeThresholds()
 
-#: GB/s per lane after encoding: gen1/2 8b/10b, gen3-5 128b/130b, gen6 PAM4 + FLIT (242/256).
+#: GB/s per lane after encoding (the PCIe specifications' transfer rates, not a threshold): gen1/2 8b/10b,
+#: gen3-5 128b/130b, gen6 PAM4 + FLIT (242/256).
 PCIE_GBS_PER_LANE = {
     1: 2.5 * 8 / 10 / 8,
     2: 5.0 * 8 / 10 / 8,
@@ -39,34 +37,27 @@ PCIE_GBS_PER_LANE = {
     5: 32.0 * 128 / 130 / 8,
     6: 64.0 * 242 / 256 / 8,
 }
-#: Achievable pinned copy / theoretical link rate (reference H100: 54 / 63.0 = 0.857).
-PINNED_EFFICIENCY = 0.85
-#: Pageable copies go through a staging buffer; below this fraction of the link they warn (our heuristic:
-#: the reference node's 17 GB/s pageable is 0.27 of gen5 x16).
-PAGEABLE_WARN_FRACTION = 0.10
-
-#: Meta GCM's NCCL critical floors, GB/s bus bandwidth (facebookresearch/gcm health checks).
-BUSBW_FLOOR_NVLINK = 180.0
-BUSBW_FLOOR_PCIE = 18.0
-#: Azure HPC health checks warn within 1.0-1.05 x of a floor.
-BUSBW_WARN_BAND = 1.05
-
-AMP_FAIL_BELOW = 1.0
-AMP_WARN_BELOW = 1.3
 
 
-def fraction_status(fraction: float | None) -> Status | None:
+def lines(config: Any) -> Any:
+    """The effective lines of a configuration (its [thresholds] applied), the shipped ones without one."""
+    return getattr(config, "thresholds", None) or DEFAULT
+
+
+def fraction_status(fraction: float | None, th: Any = DEFAULT) -> Status | None:
     """Fraction of achievable -> pass (>= 0.90), warn (>= 0.75), fail; None when there is no reference."""
     if fraction is None:
         return None
-    if fraction >= PASS_FRACTION:
+    if fraction >= th.achievable_pass_fraction:
         return Status.PASS
-    if fraction >= WARN_FRACTION:
+    if fraction >= th.achievable_fail_fraction:
         return Status.WARN
     return Status.FAIL
 
 
-def judge_fraction(measured: float | None, achievable: float | None, estimate: bool = False):
+def judge_fraction(
+    measured: float | None, achievable: float | None, estimate: bool = False, th: Any = DEFAULT
+):
     """(status, fraction) for a measurement against an achievable figure.
 
     No reference (unknown SKU, dtype without a fast path) -> (None, None): measured, no verdict.
@@ -76,22 +67,17 @@ def judge_fraction(measured: float | None, achievable: float | None, estimate: b
     if measured is None or not achievable or achievable <= 0:
         return None, None
     frac = measured / achievable
-    status = fraction_status(frac)
+    status = fraction_status(frac, th)
     if estimate and status == Status.FAIL:
         status = Status.WARN
     return status, frac
 
 
-#: The sizes from which a measurement is on its plateau, so that a fail against a line means the GPU: the
-#: reference H100 read 766 TFLOP/s at 4096^3 and 780 at 8192^3 (98%), and the copies' lines were measured at
-#: 256 MiB (pinned) and 1 GiB (device copy). hostcheck's own figures: below them a fail is only a warning.
-PLATEAU = {"matmul_n": 4096, "pinned_bytes": 64 << 20, "device_copy_bytes": 256 << 20}
-
-
-def on_plateau(status: Status | None, kind: str, size) -> tuple[Status | None, str]:
-    """(status, note): a fail measured below ``kind``'s plateau size (PLATEAU) becomes a warning, with a note
-    saying so; a size that is not recorded counts as on the plateau (the probe's defaults are)."""
-    least = PLATEAU[kind]
+def on_plateau(status: Status | None, kind: str, size, th: Any = DEFAULT) -> tuple[Status | None, str]:
+    """(status, note): a fail measured below ``kind``'s plateau size (the ``plateau_<kind>`` line: matmul_n,
+    pinned_bytes, device_copy_bytes) becomes a warning, with a note saying so; a size that is not recorded counts
+    as on the plateau (the probe's defaults are)."""
+    least = getattr(th, f"plateau_{kind}")
     if status != Status.FAIL or not isinstance(size, int) or isinstance(size, bool) or size >= least:
         return status, ""
     what = f"n = {size}" if kind == "matmul_n" else f"{size / 2**20:g} MiB"
@@ -122,25 +108,25 @@ def pcie_theoretical_gbs(gen: int | None, width: int | None) -> float | None:
     return PCIE_GBS_PER_LANE[gen] * width
 
 
-def pinned_achievable_gbs(gen: int | None, width: int | None) -> float | None:
+def pinned_achievable_gbs(gen: int | None, width: int | None, th: Any = DEFAULT) -> float | None:
     theo = pcie_theoretical_gbs(gen, width)
-    return None if theo is None else theo * PINNED_EFFICIENCY
+    return None if theo is None else theo * th.pinned_copy_efficiency
 
 
-def busbw_floor(nvlink: bool | None) -> float | None:
+def busbw_floor(nvlink: bool | None, th: Any = DEFAULT) -> float | None:
     if nvlink is None:
         return None
-    return BUSBW_FLOOR_NVLINK if nvlink else BUSBW_FLOOR_PCIE
+    return th.busbw_floor_nvlink_gbs if nvlink else th.busbw_floor_pcie_gbs
 
 
-def busbw_status(value: float | None, n: int, nvlink: bool | None) -> Status | None:
+def busbw_status(value: float | None, n: int, nvlink: bool | None, th: Any = DEFAULT) -> Status | None:
     """Verdict on an all_reduce busbw (GB/s) within one node; None when there is nothing to judge."""
-    floor = busbw_floor(nvlink)
+    floor = busbw_floor(nvlink, th)
     if value is None or n < 2 or floor is None:
         return None
     if value < floor:
         return Status.FAIL
-    if value < floor * BUSBW_WARN_BAND:
+    if value < floor * th.busbw_warn_band:
         return Status.WARN
     return Status.PASS
 
@@ -152,6 +138,7 @@ def allreduce_status(
     line_gbs: float | None = None,
     line_bytes: int = 0,
     line_can_fail: bool = False,
+    th: Any = DEFAULT,
 ) -> Status | None:
     """Verdict on an all_reduce busbw (GB/s) against the interconnect's floor and, where the data has one, the
     SKU's line for this GPU count. Below the line fails only for a message at least as large as the line's
@@ -168,15 +155,15 @@ def allreduce_status(
             )
         # No warn band over the line: 8 x H100's healthy peak (about 480) is within 1.05 x Azure's 460.
         return Status.PASS
-    return Status.WARN if floor is not None and value < floor * BUSBW_WARN_BAND else Status.PASS
+    return Status.WARN if floor is not None and value < floor * th.busbw_warn_band else Status.PASS
 
 
-def amp_speedup_status(speedup: float | None) -> Status | None:
+def amp_speedup_status(speedup: float | None, th: Any = DEFAULT) -> Status | None:
     if speedup is None:
         return None
-    if speedup < AMP_FAIL_BELOW:
+    if speedup < 1:  # AMP slower than fp32: no speedup at all, not a threshold
         return Status.FAIL
-    if speedup < AMP_WARN_BELOW:
+    if speedup < th.amp_speedup_warn:
         return Status.WARN
     return Status.PASS
 
@@ -205,11 +192,13 @@ def loss_numerics(losses) -> tuple[Status, str]:
     return Status.PASS, f"loss {vals[0]:.4g} -> {vals[-1]:.4g}"
 
 
-def dataloader_status(best_ips: float | None, zero_ips: float | None, cpus: int) -> Status | None:
+def dataloader_status(
+    best_ips: float | None, zero_ips: float | None, cpus: int, th: Any = DEFAULT
+) -> Status | None:
     """Workers should beat num_workers=0 by 1.2x when there are at least 4 CPUs (measured on a 2-core VM: 2 workers = 1.56x
     on 2 cores). None when it cannot be judged (too few CPUs to expect a gain)."""
     if not best_ips or not zero_ips:
         return None
-    if cpus < 4:
+    if cpus < th.dataloader_min_cpus:
         return None
-    return Status.PASS if best_ips >= 1.2 * zero_ips else Status.WARN
+    return Status.PASS if best_ips >= th.dataloader_speedup_warn * zero_ips else Status.WARN

@@ -4,6 +4,8 @@ and the optional burn-in.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
@@ -50,8 +52,9 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     return _f(status, msg, details=tuple(details), hint=hint)
 
 
-@workload_check("workload.E010", "AMP speedup", 1.0, "amp")
-def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+@workload_check("workload.E010", "AMP speedup", 1.0, "amp", reads_config=True)
+def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
+    th = J.lines(config)
     data, err = suite_section(run, "amp")
     if data is None:
         return _f(Status.ERROR, f"AMP step not run: {err}")
@@ -88,7 +91,7 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
             unit="x",
             details=tuple(details),
         )
-    status = J.amp_speedup_status(sp)
+    status = J.amp_speedup_status(sp, th)
     hint = None
     if status in (Status.WARN, Status.FAIL):
         hint = (
@@ -101,14 +104,14 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         f"AMP speedup {summary}",
         value=round(sp, 3),
         unit="x",
-        expected=f">= {J.AMP_WARN_BELOW}x (reference H100: CNN 3.1x fp16+channels_last, transformer 6.1x bf16)",
+        expected=f">= {th.amp_speedup_warn}x (reference H100: CNN 3.1x fp16+channels_last, transformer 6.1x bf16)",
         hint=hint,
         details=tuple(details),
     )
 
 
-@workload_check("workload.E011", "DataLoader throughput", 1.0, "dataloader")
-def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+@workload_check("workload.E011", "DataLoader throughput", 1.0, "dataloader", reads_config=True)
+def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
     data, err = suite_section(run, "dataloader")
     if data is None:
         return _f(Status.ERROR, f"DataLoader probe not run: {err}")
@@ -140,7 +143,7 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
             "(containers default to 64 MiB: docker --shm-size / --ipc=host) or too little memory",
             details=tuple(details),
         )
-    st = J.dataloader_status(best_ips, zero, int(data.get("cpus") or 0))
+    st = J.dataloader_status(best_ips, zero, int(data.get("cpus") or 0), J.lines(config))
     if best_ips is None:
         return _f(Status.ERROR, "DataLoader measured nothing", details=tuple(details))
     gain = f", {best_ips / zero:.2f}x num_workers=0" if zero and best else ""
@@ -240,8 +243,9 @@ def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     )
 
 
-@workload_check("workload.E013", "all_reduce bus bandwidth", 1.0, "ddp")
-def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+@workload_check("workload.E013", "all_reduce bus bandwidth", 1.0, "ddp", reads_config=True)
+def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
+    th = J.lines(config)
     if not run.ddp_mode:
         return _f(Status.SKIP, "DDP probe not run")
     recs, errors, _ = _ddp_records(run)
@@ -275,17 +279,17 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     nvlink: bool | None = None
     if nv and all(x is not None for x in nv):
         nvlink = all(x > 0 for x in nv)
-    floor = J.busbw_floor(nvlink)
+    floor = J.busbw_floor(nvlink, th)
     names = {g.name for g in gpus[:world] if isinstance(getattr(g, "name", None), str)}
     line = S.allreduce_line(names.pop(), world) if len(names) == 1 and len(gpus) >= world else None
     nbytes = r0.get("bw_bytes") if isinstance(r0.get("bw_bytes"), int) else None
     inter = {True: "NVLink", False: "PCIe", None: "interconnect unknown"}[nvlink]
     msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {world} GPUs ({inter}; algbw {alg:.1f} GB/s)"
     if line is None:
-        st = J.busbw_status(bus, world, nvlink)
+        st = J.busbw_status(bus, world, nvlink, th)
         expected = f">= {floor:g} GB/s (Meta GCM floor, {inter}; warn within 5%)" if floor else None
     else:
-        st = J.allreduce_status(bus, nbytes, floor, line.busbw_gbs, line.bytes, line.basis == "public")
+        st = J.allreduce_status(bus, nbytes, floor, line.busbw_gbs, line.bytes, line.basis == "public", th)
         expected = f">= {line.busbw_gbs:g} GB/s at {line.bytes / 2**30:g} GiB ({line.source})"
         if nbytes is None or nbytes < line.bytes:
             msg += (
@@ -352,8 +356,9 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     )
 
 
-@workload_check("workload.E015", "Burn-in stress", 1.0)
-def burn(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+@workload_check("workload.E015", "Burn-in stress", 1.0, reads_config=True)
+def burn(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
+    dip = J.lines(config).burn_dip_fraction
     if not run.burn_requested:
         return _f(Status.SKIP, "not requested (--burn SECONDS)")
     b = run.burn
@@ -374,10 +379,10 @@ def burn(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
         if g.get("mismatches") or not g.get("finite", True):
             st = Status.FAIL
             notes.append(f"{g.get('mismatches')} result mismatch(es): the same product changed")
-        if med and lo is not None and lo < 0.9 * med and st == Status.PASS:
+        if med and lo is not None and lo < dip * med and st == Status.PASS:
             st = Status.WARN
-            notes.append("throughput dipped below 90% of its median (throttling?)")
-        if first and last is not None and last < 0.9 * first and st == Status.PASS:
+            notes.append(f"throughput dipped below {dip:.0%} of its median (throttling?)")
+        if first and last is not None and last < dip * first and st == Status.PASS:
             st = Status.WARN
             notes.append("throughput fell over the run (thermal or power throttling)")
         statuses.append(st)
