@@ -30,14 +30,14 @@ from hostcheck.bench.plan import (
     recommended_workers,
     shm_size_bytes,
 )
-from hostcheck.bench.proof import describe_pil
 from hostcheck.bench.render import document, render_json, render_text
-from hostcheck.bench.run import Context, base_environment, probe_python, pythonpath_root, run_plan
-from hostcheck.child.launch import python_arg
+from hostcheck.bench.run import Context, base_environment, probe_python, run_plan
+from hostcheck.child.launch import python_arg, pythonpath_root
 from hostcheck.gather.base import read_text
 from hostcheck.gather.facts import gather_facts
 from hostcheck.gather.system import gather_system
 from hostcheck.gather.torchinfo import choose_python
+from hostcheck.inside.proof import describe_pil
 from hostcheck.outfile import paths_error, write_report
 from hostcheck.report import now_iso
 

@@ -2,8 +2,8 @@
 
 ``gather_workload`` launches the children through the one launcher (hostcheck.child.launch) and returns a
 :class:`WorkloadRun`: their raw records and errors, unjudged. The checks in hostcheck.checks.workload judge it.
-The code the children run is hostcheck/inside/workload.py, started by path (the training venv need not have
-hostcheck).
+The code the children run is hostcheck.inside.workload, started the one way code starts in the training Python
+(hostcheck.child.launch.inside_argv: the training venv need not have hostcheck).
 """
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hostcheck.child.launch import ProbeRun, child_env, free_port, run_child, run_children
-
-PROBES_PATH = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inside", "workload.py"
+from hostcheck.child.launch import (
+    ProbeRun,
+    child_env,
+    free_port,
+    inside_argv,
+    run_child,
+    run_children,
 )
+
+#: The module of hostcheck.inside the children run.
+PROBES = "workload"
 DEFAULT_SECTIONS = ("env", "matmul", "bandwidth", "amp", "dataloader", "ddp")
 #: Without the NVIDIA control device no CUDA GPU can be used: the DDP check is gloo, known before the suite.
 NVIDIA_CTL = "/dev/nvidiactl"
@@ -77,7 +83,7 @@ class WorkloadRun:
 
 
 def _probe_argv(python: str, probe: str, args: dict) -> list[str]:
-    return [python, PROBES_PATH, probe, "--json-args", json.dumps(args)]
+    return inside_argv(python, PROBES, probe, "--json-args", json.dumps(args))
 
 
 def section(run: ProbeRun | None, name: str) -> tuple[dict | None, str | None]:
@@ -265,7 +271,12 @@ def torchrun_argv(python: str, mn: MultiNode, args: dict | None = None) -> list[
     argv = [python, "-m", "torch.distributed.run", "--nnodes", str(mn.nnodes)]
     argv += ["--nproc-per-node", str(mn.nproc_per_node) if mn.nproc_per_node else "gpu"]
     argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", mn.rdzv_endpoint, "--rdzv-id", mn.rdzv_id]
-    return [*argv, PROBES_PATH, "ddp_worker", "--json-args", json.dumps(dict(args or {}))]
+    # --no-python: torchrun runs our command as it is, so every rank starts the one way (launch.inside_argv).
+    return [
+        *argv,
+        "--no-python",
+        *inside_argv(python, PROBES, "ddp_worker", "--json-args", json.dumps(dict(args or {}))),
+    ]
 
 
 def local_addr_towards(endpoint: str) -> str | None:

@@ -19,8 +19,8 @@ from hostcheck.gather import workload as api
 FAKE_PYTHON = """#!{exe}
 import json, os, sys, time
 M = {marker!r}
-probe = sys.argv[2]
-args = json.loads(sys.argv[4])
+probe = sys.argv[sys.argv.index("--json-args") - 1]
+args = json.loads(sys.argv[sys.argv.index("--json-args") + 1])
 scenario = os.environ.get("FAKE_SCENARIO", "ok")
 def emit(r):
     print(M + json.dumps(r), flush=True)
@@ -141,7 +141,7 @@ def test_torchrun_argv_for_multinode():
     assert "--nnodes 2" in joined and "--nproc-per-node gpu" in joined
     assert "--rdzv-backend c10d --rdzv-endpoint node1:29400 --rdzv-id job7" in joined
     assert argv[-3:] == ["ddp_worker", "--json-args", '{"bw_iters": 5}']
-    assert argv[-4].endswith("inside/workload.py")
+    assert argv[-4] == "hostcheck.inside.workload" and "--no-python" in argv
 
 
 def test_multinode_tells_torchrun_this_nodes_address(monkeypatch):

@@ -100,12 +100,55 @@ def test_hostcheck_has_no_import_cycle():
     assert cycles(graph()) == []
 
 
+#: The one module of hostcheck.inside the orchestrator may import: the pure proofs of what a bench worker
+#: reports, which the worker runs too (fail fast) and the orchestrator runs on every record.
+SHARED_INSIDE = {"hostcheck.inside.proof", "hostcheck.inside"}
+
+
 def test_the_registry_is_a_leaf_and_nothing_outside_imports_the_inside_code():
     g = graph()
     assert g["hostcheck.registry"] == set(), "the checks import the registry, never the reverse"
-    inside = {m for m in g if m.startswith("hostcheck.inside")}
-    offenders = {m: g[m] & inside for m in g if m not in inside and g[m] & inside}
-    assert offenders == {}, "hostcheck/inside runs in the training Python, started by path: import it nowhere"
+    inside = {m for m in g if m.startswith("hostcheck.inside")} - SHARED_INSIDE
+    offenders = {m: g[m] & inside for m in g if not m.startswith("hostcheck.inside") and g[m] & inside}
+    assert offenders == {}, (
+        "hostcheck/inside runs in the training Python (launch.inside_argv): import it nowhere"
+    )
+
+
+def outside_imports(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """What each module of hostcheck.inside imports of hostcheck outside hostcheck.inside."""
+    out = {
+        m: {x for x in g[m] if not x.startswith("hostcheck.inside")}
+        for m in g
+        if m.startswith("hostcheck.inside")
+    }
+    return {m: xs for m, xs in out.items() if xs}
+
+
+def test_the_inside_code_imports_nothing_of_hostcheck_outside_it():
+    """hostcheck.inside runs in the training Python: the orchestrator's modules (and what they import: NVML
+    bindings, the registry, the report) have no business there. Every import counts, lazy or relative."""
+    assert outside_imports(graph()) == {}
+
+
+def test_the_inside_boundary_catches_a_planted_import(tmp_path):
+    g = graph()
+    known = set(g)
+    cases = {
+        "absolute, in a function": "def f():\n    from hostcheck.registry import Status\n",
+        "relative, two levels up": "from ...registry import Status\n",
+        "the package itself": "import hostcheck\n",
+    }
+    for why, text in cases.items():
+        planted = tmp_path / "planted.py"
+        planted.write_text(text)
+        name = "hostcheck.inside.workload.planted"
+        got = outside_imports({**g, name: imports_of(name, planted, known | {name})})
+        assert set(got) == {name}, why
+    clean = tmp_path / "clean.py"
+    clean.write_text("from ..fixtures import small_cnn\nfrom hostcheck.inside import probe\nimport json\n")
+    name = "hostcheck.inside.workload.clean"
+    assert outside_imports({**g, name: imports_of(name, clean, known | {name})}) == {}
 
 
 @pytest.mark.parametrize("name", sorted(modules()))
