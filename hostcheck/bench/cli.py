@@ -405,7 +405,7 @@ def _emit(args, setup: _Setup, plan, bench, adv, doc: dict[str, Any], when: str)
             f"{', '.join(host['gpus']) or 'no GPU'}, torch {py['torch']}",
             f"{when}; {args.pairs} pairs per comparison; {py['pil']}",
         )
-        why = render_png(setup.ctx, spec, args.png) if spec["rows"] else "nothing to draw"
+        why = render_png(spec, args.png) if spec["rows"] else "nothing to draw"
         if why:
             failures.append(f"chart not written: {why}")
         doc["chart"] = {"path": None if why else os.path.abspath(args.png), "error": why}

@@ -7,7 +7,7 @@ set), PYTHONPATH with any PIL overlay first and hostcheck after it, and the ``un
 variant. It proves what it got in its hello line and in every answer; each measurement has a hard timeout
 that kills the worker's process group. A worker that crashes, hangs or prints nonsense becomes an error for
 its variant; the other variants and groups go on. Every group's workers are ended when the group ends, fails
-or is interrupted. The probe, the JPEG writer and the chart are one-shot children (launch.run_child); every
+or is interrupted. The probe and the JPEG writer are one-shot children (launch.run_child); every
 process, worker or one-shot, starts through hostcheck.child.launch, so its kill_all() (SIGINT/SIGTERM) ends them all.
 
 Why one module: the group of workers, the interleaved rounds and the per-answer proofs share one state (which
