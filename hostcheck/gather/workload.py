@@ -27,7 +27,7 @@ from hostcheck.child.launch import (
 
 #: The module of hostcheck.inside the children run.
 PROBES = "workload"
-DEFAULT_SECTIONS = ("env", "matmul", "bandwidth", "amp", "dataloader", "ddp")
+DEFAULT_SECTIONS = ("env", "matmul", "bandwidth", "p2p", "amp", "dataloader", "ddp")
 #: Without the NVIDIA control device no CUDA GPU can be used: the DDP check is gloo, known before the suite.
 NVIDIA_CTL = "/dev/nvidiactl"
 #: Slack over the sum of the children's own deadlines (process start-up) before the gatherer is cut.

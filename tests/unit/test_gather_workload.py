@@ -128,7 +128,7 @@ def test_a_workload_gatherer_that_died_makes_every_workload_check_an_error():
     from hostcheck.gather.base import TIMEOUT, Unavailable
 
     results = judge_workload(Unavailable(TIMEOUT, "gathering workload did not finish in 9 s"))
-    assert [r.id for r in results] == WORKLOAD_IDS and len(results) == 15
+    assert [r.id for r in results] == WORKLOAD_IDS and len(results) == 16
     assert {r.status for r in results} == {"error"}
     assert all("did not complete" in r.message and "9 s" in r.message for r in results)
 

@@ -14,7 +14,7 @@ each section, then ``{"probe": NAME, "ok": true, "data": {...}}`` or ``{"probe":
 Every probe also runs on the CPU with tiny sizes, so CPU tests exercise the same code.
 
 Modules: common (the record line, timing, devices), env, compute (matmul), memory (host/device copies), amp,
-dataloader, ddp (the in-suite section and the per-rank worker), burn, suite (the sections and the command line).
+dataloader, ddp (the in-suite section and the per-rank worker), p2p (GPU-to-GPU copies), burn, suite (the sections and the command line).
 The names below are the probes' public face (the tests and the GPU tests use them).
 """
 
@@ -27,6 +27,7 @@ from .dataloader import JpegDataset, dataloader_images, dataloader_rate, probe_d
 from .ddp import _allreduce_bw, allreduce_bytes, ddp_worker, probe_ddp_inprocess
 from .env import probe_env
 from .memory import copy_rate, probe_bandwidth
+from .p2p import pair_rate, probe_p2p
 from .suite import DEFAULT_SECTIONS, SECTIONS, main, run_probe, run_suite
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "emit",
     "main",
     "matmul_rate",
+    "pair_rate",
     "probe_amp",
     "probe_bandwidth",
     "probe_burn",
@@ -53,6 +55,7 @@ __all__ = [
     "probe_ddp_inprocess",
     "probe_env",
     "probe_matmul",
+    "probe_p2p",
     "recommended_workers",
     "run_probe",
     "run_suite",

@@ -16,6 +16,7 @@ from .dataloader import probe_dataloader
 from .ddp import ddp_worker, probe_ddp_inprocess
 from .env import probe_env
 from .memory import probe_bandwidth
+from .p2p import probe_p2p
 
 # --------------------------------------------------------------------------------------------- suite
 
@@ -26,6 +27,7 @@ SECTIONS = {
     "amp": probe_amp,
     "dataloader": probe_dataloader,
     "ddp": probe_ddp_inprocess,
+    "p2p": probe_p2p,
 }
 DEFAULT_SECTIONS = ("env", "matmul", "bandwidth", "amp", "dataloader")
 

@@ -1,0 +1,104 @@
+"""Measured paths between GPUs (workload.E016): the copy bandwidth of every ordered pair of GPUs in the node.
+
+A pair connected by NVLink is judged against its SKU's line in ``hostcheck/data/gpu_skus.json`` (``peer_copy``:
+Azure's H100/H200 P2P line, which can fail); every pair is also compared with the node's other pairs, which can
+only warn (no public line says how far a pair may lag its peers). A copy that raised is an error, never a fail;
+a copy that delivered the wrong bytes is a fail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hostcheck.checks.workload import peers as P
+from hostcheck.checks.workload import sku as S
+from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, workload_check
+from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.registry import Outcome, Status, worst
+
+_HINT_P2P = (
+    "look at the pair's path: nvidia-smi topo -m (NV# for NVLink, PIX/PXB/PHB/SYS for PCIe), nvidia-smi nvlink "
+    "--status -i GPU (a link down or at a lower speed), the NVIDIA fabric manager on NVSwitch systems, and ACS "
+    "on the PCIe switches (it forces peer traffic through the root complex); re-measure with NVIDIA's nvbandwidth"
+)
+
+
+def _tolerance(config: Any) -> float:
+    t = getattr(config, "thresholds", None)
+    return float(getattr(t, "gpu_peer_tolerance", 0.1))
+
+
+def _nvlink(gpus: list, index: Any) -> bool | None:
+    n = link_int(gpu_for(gpus, index), "nvlink_active")
+    return None if n is None else n > 0
+
+
+@workload_check("workload.E016", "GPU-to-GPU copy bandwidth, every pair", 1.0, "p2p", reads_config=True)
+def peer_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    data, err = suite_section(run, "p2p")
+    if data is None:
+        return _f(Status.ERROR, f"GPU-to-GPU copies not measured: {err}")
+    if data.get("skipped"):
+        return _f(Status.SKIP, f"not measured: {data['skipped']}")
+    pairs = [p for p in data.get("pairs") or [] if isinstance(p, dict)]
+    if not pairs:
+        return _f(Status.ERROR, "GPU-to-GPU copies: the probe gave no pair")
+    names = {n for n in data.get("names") or [] if isinstance(n, str)}
+    line = S.peer_copy_line(names.pop()) if len(names) == 1 else None
+    statuses: list[Status] = []
+    details: list[str] = []
+    rates: dict[tuple[int, int], float] = {}
+    for p in pairs:
+        key = (p.get("src"), p.get("dst"))
+        where = f"GPU {key[0]} -> GPU {key[1]}"
+        gbs = num(p.get("gbs"))
+        p2p = {
+            True: "peer access on",
+            False: "peer access OFF (staged through host memory)",
+            None: "peer access ?",
+        }[p.get("p2p") if isinstance(p.get("p2p"), bool) else None]
+        if p.get("error") or gbs is None or gbs <= 0:
+            statuses.append(Status.ERROR)
+            details.append(f"{where}: not measured ({p.get('error') or 'no figure'})")
+            continue
+        rates[key] = gbs
+        text = f"{where}: {gbs:.1f} GB/s, {p2p}"
+        if p.get("ok") is False:
+            statuses.append(Status.FAIL)
+            details.append(text + "; the copied bytes were wrong")
+            continue
+        nvlink = _nvlink(gpus, key[0]) and _nvlink(gpus, key[1])
+        if line is not None and nvlink:
+            if gbs < line.gbs:
+                statuses.append(Status.FAIL if line.basis == "public" else Status.WARN)
+                details.append(f"{text}; below the line {line.gbs:g} GB/s")
+                continue
+            if gbs < line.gbs * line.warn_band:
+                statuses.append(Status.WARN)
+                details.append(f"{text}; within {line.warn_band - 1:.0%} of the line {line.gbs:g} GB/s")
+                continue
+        details.append(text)
+        statuses.append(Status.PASS)
+    tol = _tolerance(config)
+    for key, ratio in P.below_peers(rates, tol).items():
+        statuses.append(Status.WARN)
+        details.append(f"GPU {key[0]} -> GPU {key[1]}: {P.peer_detail(rates[key], ratio, 'GB/s', tol)}")
+    st = worst(statuses)
+    slowest = min(rates, key=rates.get) if rates else None
+    msg = f"{len(pairs)} GPU pairs copied"
+    if slowest is not None:
+        msg += f"; slowest GPU {slowest[0]} -> GPU {slowest[1]} at {rates[slowest]:.1f} GB/s"
+    if line is not None:
+        expected = f">= {line.gbs:g} GB/s per NVLink pair ({line.source})"
+    else:
+        expected = f"within {tol:.0%} of the other pairs (no per-SKU line: never extrapolated)"
+    bad = [d for d, s in zip(details, statuses) if s is not Status.PASS] if st is not Status.PASS else []
+    return _f(
+        st,
+        msg,
+        value=round(rates[slowest], 1) if slowest is not None else None,
+        unit="GB/s",
+        expected=expected,
+        hint=_HINT_P2P if st in (Status.WARN, Status.FAIL) else None,
+        details=tuple(bad or details),
+    )
