@@ -113,6 +113,8 @@ class Thresholds:
     pcie_replay_rate_warn_per_min: float = float(_THRESHOLD_DEFAULTS["pcie_replay_rate_warn_per_min"])
     #: The kernel's default hung-task timeout: a task blocked this long in D state warns (system.E008).
     dstate_stuck_s: float = float(_THRESHOLD_DEFAULTS["dstate_stuck_s"])
+    #: workload.E017 warns below this fraction of the slowest RDMA port's line rate (own, from Azure's line).
+    nic_loopback_line_fraction: float = float(_THRESHOLD_DEFAULTS["nic_loopback_line_fraction"])
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,121 @@ def test_the_probe_code_on_the_cpu():
     out = probes.probe_p2p({"device": "cpu"})
     assert out == {"skipped": "0 CUDA GPUs: no pair to measure", "pairs": []}
     assert "p2p" in probes.SECTIONS
+
+
+# --- workload.E017: the all_reduce through the NICs --------------------------------------------------------------
+
+
+def ib_tree(root, ports: dict[str, tuple[str, str]]) -> str:
+    """A /sys/class/infiniband tree as the kernel's sysfs ABI describes it (Documentation/ABI/stable/
+    sysfs-class-infiniband): ``ports``: "mlx5_0" -> (rate, state) of its port 1."""
+    for dev, (rate, state) in ports.items():
+        p = root / "sys" / "class" / "infiniband" / dev / "ports" / "1"
+        p.mkdir(parents=True)
+        (p / "rate").write_text(rate + "\n")
+        (p / "state").write_text(state + "\n")
+        (p / "link_layer").write_text("InfiniBand\n")
+    return str(root)
+
+
+NDR = ("400 Gb/sec (4X NDR)", "4: ACTIVE")
+
+
+def test_the_rdma_port_reader_parses_the_sysfs_abi(tmp_path):
+    from hostcheck.gather import rdma_rate as R
+
+    assert R.parse_rate("400 Gb/sec (4X NDR)") == 400.0 and R.parse_rate("2.5 Gb/sec (1X SDR)") == 2.5
+    assert (
+        R.parse_rate("fast") is None and R.parse_state("4: ACTIVE") == "ACTIVE" and R.parse_state("x") is None
+    )
+    root = ib_tree(
+        tmp_path, {f"mlx5_{i}": NDR for i in range(8)} | {"mlx5_8": ("200 Gb/sec (4X HDR)", "1: DOWN")}
+    )
+    ports = R.gather_rdma_ports(root)
+    assert len(ports) == 9 and ports[0] == R.RdmaPort("mlx5_0", 1, 400.0, "ACTIVE", "InfiniBand")
+    assert ports[-1].rate_gbps == 200.0 and ports[-1].state == "DOWN"
+    none = R.gather_rdma_ports(str(tmp_path / "empty"))
+    assert not isinstance(none, tuple) and "no RDMA device" in str(none)
+
+
+def loopback_run(busbw: float, ports: tuple[dict, ...], world: int = 8, ok: bool = True, **kw) -> WorkloadRun:
+    runs = []
+    for r in range(world):
+        data = {"rank": r, "world": world, "backend": "nccl", "allreduce_ok": ok, "busbw_gbs": busbw}
+        data["bw_bytes"] = 1 << 30
+        runs.append(ProbeRun(name=f"ddp[{r}]", records=({"probe": "ddp_worker", "ok": True, "data": data},)))
+    return WorkloadRun(nic_loopback=tuple(runs), nic_ports=ports, sections=("nic_loopback",), **kw)
+
+
+PORTS = tuple({"device": f"mlx5_{i}", "port": 1, "rate_gbps": 400.0, "state": "ACTIVE"} for i in range(8))
+
+
+def test_the_all_reduce_through_the_nics_is_judged_against_the_slowest_ports_line_rate():
+    r = judge_one(loopback_run(45.0, PORTS), "workload.E017", gpus())
+    assert (
+        r.status == Status.PASS
+        and r.value == 45.0
+        and "50 GB/s" in r.message
+        and "NCCL_P2P_DISABLE=1" in r.message
+    )
+    # Planted: a slow all_reduce warns (the fraction is hostcheck's own, so never a fail).
+    r = judge_one(loopback_run(12.0, PORTS), "workload.E017", gpus())
+    assert r.status == Status.WARN and "80% of 50 GB/s" in r.expected and "ibstat" in r.hint
+    # A port at 200 Gb/s lowers the line to 25 GB/s: 30 GB/s is above 80% of it.
+    slow = (*PORTS[:7], dict(PORTS[7], rate_gbps=200.0))
+    r = judge_one(loopback_run(30.0, slow), "workload.E017", gpus())
+    assert r.status == Status.PASS and "mlx5_7:1 runs at 200 Gb/s" in r.message
+
+
+def test_the_nic_all_reduce_skips_with_the_reason_errors_when_it_broke_and_fails_a_wrong_sum():
+    no_nic = WorkloadRun(
+        nic_loopback_skipped="no active RDMA port (no RDMA device under /sys/class/infiniband)"
+    )
+    r = judge_one(replace_sections(no_nic), "workload.E017", gpus())
+    assert r.status == Status.SKIP and "no RDMA device" in r.message
+    assert judge_one(loopback_run(45.0, PORTS, ok=False), "workload.E017", gpus()).status == Status.FAIL
+    crashed = loopback_run(45.0, PORTS)
+    crashed = WorkloadRun(
+        nic_loopback=(
+            ProbeRun(name="ddp[0]", error="crashed (exit 1): NCCL error"),
+            *crashed.nic_loopback[1:],
+        ),
+        nic_ports=PORTS,
+        sections=("nic_loopback",),
+    )
+    assert judge_one(crashed, "workload.E017", gpus()).status == Status.ERROR
+
+
+def replace_sections(run: WorkloadRun) -> WorkloadRun:
+    from dataclasses import replace
+
+    return replace(run, sections=("nic_loopback",))
+
+
+def test_the_gatherer_launches_the_nic_all_reduce_with_p2p_and_shm_off_only_where_nics_are(
+    monkeypatch, tmp_path
+):
+    from hostcheck.gather import rdma_rate as R
+    from hostcheck.gather import workload as api
+
+    seen = []
+    monkeypatch.setattr(api, "launch_local_ddp", lambda *a: seen.append(a) or ())
+    suite = [
+        {"probe": "env", "ok": True, "data": {"cuda_available": True, "gpus": [{}, {}]}},
+        {"probe": "ddp", "ok": True, "data": {"deferred": True, "gpus": 2}},
+    ]
+    monkeypatch.setattr(api, "run_child", lambda *a, **k: ProbeRun(name="suite", records=tuple(suite)))
+    ports = R.gather_rdma_ports(ib_tree(tmp_path, {"mlx5_0": NDR}))
+    run = api.gather_workload(
+        "/py", sections=("env", "ddp", "nic_loopback"), nic_ports=ports, gpu_possible=True
+    )
+    (ddp, loop) = seen
+    assert ddp[2] == "nccl" and ddp[5] is None  # the DDP check: the training environment as it is
+    assert loop[1:3] == (2, "nccl") and loop[5] == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+    assert run.nic_ports == (ports[0].to_dict(),) and not run.nic_loopback_skipped
+    seen.clear()
+    none = R.gather_rdma_ports(str(tmp_path / "nothing"))
+    run = api.gather_workload(
+        "/py", sections=("env", "ddp", "nic_loopback"), nic_ports=none, gpu_possible=True
+    )
+    assert len(seen) == 1 and "no RDMA device" in run.nic_loopback_skipped

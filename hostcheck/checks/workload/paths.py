@@ -1,4 +1,5 @@
-"""Measured paths between GPUs (workload.E016): the copy bandwidth of every ordered pair of GPUs in the node.
+"""Measured paths: between GPUs (workload.E016, the copy bandwidth of every ordered pair of GPUs in the node) and
+through the NICs (workload.E017, an all_reduce with NCCL's peer-to-peer and shared memory off).
 
 A pair connected by NVLink is judged against its SKU's line in ``hostcheck/data/gpu_skus.json`` (``peer_copy``:
 Azure's H100/H200 P2P line, which can fail); every pair is also compared with the node's other pairs, which can
@@ -13,6 +14,7 @@ from typing import Any
 from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, workload_check
+from hostcheck.checks.workload.training import rank_records
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Outcome, Status, worst
 
@@ -101,4 +103,58 @@ def peer_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcom
         expected=expected,
         hint=_HINT_P2P if st in (Status.WARN, Status.FAIL) else None,
         details=tuple(bad or details),
+    )
+
+
+_HINT_NIC = (
+    "look at the RDMA ports: ibstat / ibv_devinfo (state, rate), the ports' error counters, GPUDirect RDMA "
+    "(nvidia-peermem or DMA-BUF), NCCL_IB_HCA naming the right devices, and NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET "
+    "on a re-run with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
+)
+
+
+@workload_check(
+    "workload.E017", "all_reduce through the NICs (NCCL P2P and SHM off)", 1.0, "nic_loopback", True
+)
+def nic_loopback(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    if run.nic_loopback_skipped:
+        return _f(Status.SKIP, f"not run: {run.nic_loopback_skipped}")
+    if not run.nic_loopback:
+        return _f(Status.SKIP, "not run")
+    recs, errors, hung = rank_records(run.nic_loopback)
+    if hung:
+        return _f(Status.FAIL, "the all_reduce through the NICs hung", hint=_HINT_NIC, details=tuple(errors))
+    if errors or not recs:
+        return _f(Status.ERROR, "not measured: the all_reduce through the NICs failed", details=tuple(errors))
+    r0 = next((r for r in recs if r.get("rank") == 0), recs[0])
+    if not all(r.get("allreduce_ok") for r in recs):
+        return _f(Status.FAIL, "the all_reduce through the NICs gave a wrong sum", hint=_HINT_NIC)
+    bus = num(r0.get("busbw_gbs"))
+    if bus is None:
+        return _f(Status.ERROR, f"not measured: {r0.get('bw_skipped') or 'no bus bandwidth'}")
+    active = [p for p in run.nic_ports if p.get("state") == "ACTIVE" and num(p.get("rate_gbps"))]
+    size = f"{(r0.get('bw_bytes') or 0) / 2**20:.0f} MiB"
+    msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {r0.get('world')} GPUs with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
+    if not active:
+        return _f(
+            Status.SKIP,
+            msg + "; no active RDMA port with a rate to judge it by",
+            value=round(bus, 1),
+            unit="GB/s",
+        )
+    slow = min(active, key=lambda p: p["rate_gbps"])
+    line_gbs = slow["rate_gbps"] / 8.0
+    frac = float(getattr(getattr(config, "thresholds", None), "nic_loopback_line_fraction", 0.8))
+    msg += f"; the slowest port {slow['device']}:{slow['port']} runs at {slow['rate_gbps']:g} Gb/s = {line_gbs:g} GB/s"
+    expected = (
+        f">= {frac:.0%} of {line_gbs:g} GB/s (hostcheck's line from Azure's retired IB loopback check; warns)"
+    )
+    st = Status.WARN if bus < frac * line_gbs else Status.PASS
+    return _f(
+        st,
+        msg,
+        value=round(bus, 1),
+        unit="GB/s",
+        expected=expected,
+        hint=_HINT_NIC if st is Status.WARN else None,
     )
