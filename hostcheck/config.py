@@ -115,6 +115,10 @@ class Thresholds:
     dstate_stuck_s: float = float(_THRESHOLD_DEFAULTS["dstate_stuck_s"])
     #: workload.E017 warns below this fraction of the slowest RDMA port's line rate (own, from Azure's line).
     nic_loopback_line_fraction: float = float(_THRESHOLD_DEFAULTS["nic_loopback_line_fraction"])
+    #: workload.E018 fails a 400 Gb/s port's GPUDirect write below this (Azure's line).
+    gdr_write_ndr_gbps: float = float(_THRESHOLD_DEFAULTS["gdr_write_ndr_gbps"])
+    #: workload.E018 warns a port of another rate below this fraction of it (own).
+    gdr_write_line_fraction: float = float(_THRESHOLD_DEFAULTS["gdr_write_line_fraction"])
 
 
 @dataclass(frozen=True)

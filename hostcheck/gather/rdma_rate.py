@@ -1,7 +1,7 @@
-"""The RDMA ports' line rates, for judging an all-reduce that goes through the NICs (workload.E017).
+"""The RDMA ports' line rates and NUMA nodes, for the measured paths through the NICs (workload.E017, E018).
 
 Read-only and bounded, through the one reader (gather.base.read_text), under the host root so tests and scenarios
-can point it at a fixture tree: ``/sys/class/infiniband/<device>/ports/<n>/{rate,state,link_layer}`` (the kernel's
+can point it at a fixture tree: ``/sys/class/infiniband/<device>/ports/<n>/{rate,state,link_layer}`` and ``<device>/device/numa_node`` (the kernel's
 sysfs ABI, Documentation/ABI/stable/sysfs-class-infiniband: ``rate`` reads like "400 Gb/sec (4X NDR)", ``state``
 like "4: ACTIVE"). Gathering is separate from parsing: :func:`parse_rate` and :func:`parse_state` are pure.
 """
@@ -30,6 +30,8 @@ class RdmaPort:
     state: str | None
     #: "InfiniBand" or "Ethernet" (RoCE), or None.
     link_layer: str | None
+    #: The NUMA node of the device's PCI function (``<device>/device/numa_node``; -1: none), or None.
+    numa_node: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +40,7 @@ class RdmaPort:
             "rate_gbps": self.rate_gbps,
             "state": self.state,
             "link_layer": self.link_layer,
+            "numa_node": self.numa_node,
         }
 
 
@@ -73,6 +76,8 @@ def gather_rdma_ports(host_root: str = "/") -> tuple[RdmaPort, ...] | Unavailabl
         return Unavailable(NOT_FOUND, f"no RDMA device under /{SYSFS}")
     out = []
     for dev in devices:
+        numa = _text(os.path.join(base, dev, "device", "numa_node"))
+        numa_node = int(numa) if numa is not None and re.fullmatch(r"-?\d{1,4}", numa) else None
         ports_dir = os.path.join(base, dev, "ports")
         for name in _names(ports_dir, MAX_PORTS) or []:
             if not name.isdigit():
@@ -87,6 +92,7 @@ def gather_rdma_ports(host_root: str = "/") -> tuple[RdmaPort, ...] | Unavailabl
                     parse_rate(rate) if rate is not None else None,
                     parse_state(state) if state is not None else None,
                     _text(os.path.join(p, "link_layer")),
+                    numa_node,
                 )
             )
     return tuple(out) if out else Unavailable(NOT_FOUND, f"no RDMA port under /{SYSFS}")

@@ -24,13 +24,27 @@ from hostcheck.child.launch import (
     run_child,
     run_children,
 )
+from hostcheck.gather.gdr_write import SECONDS as GDR_SECONDS
+from hostcheck.gather.gdr_write import SERVER_START_S, SLACK_S, GdrRun, gather_gdr_write
 from hostcheck.gather.rdma_rate import gather_rdma_ports
 
 #: The module of hostcheck.inside the children run.
 PROBES = "workload"
-DEFAULT_SECTIONS = ("env", "matmul", "bandwidth", "p2p", "amp", "dataloader", "ddp", "nic_loopback")
+DEFAULT_SECTIONS = (
+    "env",
+    "matmul",
+    "bandwidth",
+    "p2p",
+    "amp",
+    "dataloader",
+    "ddp",
+    "nic_loopback",
+    "gdr_write",
+)
 #: Sections launched here rather than run in the suite's process.
-LAUNCHED = ("nic_loopback",)
+LAUNCHED = ("nic_loopback", "gdr_write")
+#: What the GPUDirect write runs may take at most (perftest's duration, the server's start, the client's slack).
+GDR_LIMIT_S = GDR_SECONDS + SERVER_START_S + SLACK_S + 10.0
 #: The all_reduce through the NICs on one node: NCCL may use neither peer-to-peer (NVLink, PCIe) nor shared
 #: memory, so every byte goes out through an RDMA NIC and back, as Azure HPC health checks' IB loopback check runs
 #: it (customTests/azure_nccl_allreduce_ib_loopback.nhc: -x NCCL_SHM_DISABLE=1 -x NCCL_P2P_DISABLE=1).
@@ -73,6 +87,8 @@ class WorkloadRun:
     nic_loopback_skipped: str = ""
     #: The RDMA ports it is judged against (hostcheck.gather.rdma_rate.RdmaPort.to_dict()).
     nic_ports: tuple[dict, ...] = ()
+    #: GPUDirect RDMA write bandwidth per NIC (hostcheck.gather.gdr_write.GdrRun), when the section ran.
+    gdr_write: GdrRun | None = None
     wall_s: float = 0.0
     #: The suite sections asked for (checks of the others are skipped).
     sections: tuple[str, ...] = DEFAULT_SECTIONS
@@ -89,6 +105,7 @@ class WorkloadRun:
             "nic_loopback": [r.to_dict() for r in self.nic_loopback],
             "nic_loopback_skipped": self.nic_loopback_skipped,
             "nic_ports": list(self.nic_ports),
+            "gdr_write": self.gdr_write.to_dict() if self.gdr_write else None,
             "wall_s": round(self.wall_s, 3),
             "sections": list(self.sections),
         }
@@ -201,17 +218,22 @@ def gather_workload(
             ddp_runs = launch_local_ddp(python, nproc, ddp_mode, ddp_args, ddp_timeout, env)
     loop_runs: tuple[ProbeRun, ...] = ()
     loop_skip = ""
-    ports = tuple(nic_ports) if isinstance(nic_ports, tuple) else ()
+    ports = nic_ports if isinstance(nic_ports, tuple) else ()
     if "nic_loopback" in sections:
         active = [p for p in ports if getattr(p, "state", None) == "ACTIVE"]
         mode, ngpu = _ddp_plan(view, device)
         if not active:
-            loop_skip = f"no active RDMA port ({nic_ports})" if not ports else "no RDMA port is ACTIVE"
+            why = "not read" if nic_ports is None else str(nic_ports)
+            loop_skip = f"no active RDMA port ({why})" if not ports else "no RDMA port is ACTIVE"
         elif mode != "nccl" or ngpu < 2:
             loop_skip = f"needs two or more GPUs under NCCL ({ngpu if mode == 'nccl' else 'no NCCL'})"
         else:
             loop_env = {**(env or {}), **NIC_LOOPBACK_ENV}
             loop_runs = launch_local_ddp(python, ngpu, "nccl", ddp_args, ddp_timeout, loop_env)
+    gdr = None
+    if "gdr_write" in sections:
+        mode, ngpu = _ddp_plan(view, device)
+        gdr = gather_gdr_write(nic_ports if nic_ports is not None else ports, ngpu if mode != "gloo" else 0)
     mn_runs: tuple[ProbeRun, ...] = ()
     if multinode is not None:
         if multinode.nproc_per_node is None:
@@ -240,6 +262,7 @@ def gather_workload(
         nic_loopback=loop_runs,
         nic_loopback_skipped=loop_skip,
         nic_ports=tuple(p.to_dict() for p in ports),
+        gdr_write=gdr,
         wall_s=time.monotonic() - t0,
         sections=tuple(sections),
     )
@@ -341,14 +364,15 @@ def launch_multinode(python: str, mn: MultiNode, args: dict | None = None, env: 
 
 def gather_limit(options: Any) -> float:
     """The whole workload run's ceiling, from the options: every child has its own hard deadline (suite and
-    the re-run of what it never reached, two DDP launch tries, two of the all_reduce through the NICs, the multi-node
-    rendezvous, burn), and this
+    the re-run of what it never reached, two DDP launch tries, two of the all_reduce through the NICs, the GPUDirect
+    write runs, the multi-node rendezvous, burn), and this
     bounds their sum, so a bug in the sequencing cannot hang a run either."""
     t = options.workload_timeout_s
     rdzv = options.rdzv_timeout_s if options.nnodes else 0.0
     burn = options.burn
     loopback = 2 * t if "nic_loopback" in options.workload_sections else 0.0  # launch_local_ddp tries twice
-    return 2 * t + 2 * t + loopback + rdzv + ((burn + t) if burn > 0 else 0.0) + GATHER_SLACK_S
+    gdr = GDR_LIMIT_S if "gdr_write" in options.workload_sections else 0.0
+    return 2 * t + 2 * t + loopback + gdr + rdzv + ((burn + t) if burn > 0 else 0.0) + GATHER_SLACK_S
 
 
 def gather_for(options: Any, python: str, env: dict[str, str]) -> WorkloadRun:
@@ -362,7 +386,8 @@ def gather_for(options: Any, python: str, env: dict[str, str]) -> WorkloadRun:
             rdzv_id=options.rdzv_id or "hostcheck",
             timeout=options.rdzv_timeout_s,
         )
-    nics = gather_rdma_ports(options.host_root) if "nic_loopback" in options.workload_sections else None
+    wants_nics = {"nic_loopback", "gdr_write"} & set(options.workload_sections)
+    nics = gather_rdma_ports(options.host_root) if wants_nics else None
     return gather_workload(
         python,
         nic_ports=nics,

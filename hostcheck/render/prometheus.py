@@ -31,6 +31,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "TFLOP/s": ("flops_per_second", 1e12),
     "GFLOP/s": ("flops_per_second", 1e9),
     "GB/s": ("bytes_per_second", 1e9),
+    "Gb/s": ("bytes_per_second", 1e9 / 8),  # a NIC's figure, in bits
     "MB/s": ("bytes_per_second", 1e6),
     "GiB/s": ("bytes_per_second", 2**30),
     "B": ("bytes", 1),

@@ -93,9 +93,10 @@ def test_every_workload_deadline_follows_the_options(fake_python, monkeypatch):
     api.gather_for(opts, fake_python, {})
     assert got["timeout"] == 9 and got["multinode"].timeout == 33 and got["burn"] == 5
     # The whole run's ceiling: suite and its re-run, two DDP tries, two tries of the all_reduce through the NICs
-    # (a default section), the rendezvous, burn, and the slack.
-    assert api.gather_limit(opts) == 9 * 4 + 9 * 2 + 33 + (5 + 9) + api.GATHER_SLACK_S
-    assert api.gather_limit(Options(workload_timeout_s=9)) == 9 * 6 + api.GATHER_SLACK_S
+    # and the GPUDirect write runs (default sections), the rendezvous, burn, and the slack.
+    nics = 9 * 2 + api.GDR_LIMIT_S
+    assert api.gather_limit(opts) == 9 * 4 + nics + 33 + (5 + 9) + api.GATHER_SLACK_S
+    assert api.gather_limit(Options(workload_timeout_s=9)) == 9 * 4 + nics + api.GATHER_SLACK_S
     without = Options(workload_timeout_s=9, workload_sections=("env", "ddp"))
     assert api.gather_limit(without) == 9 * 4 + api.GATHER_SLACK_S
 
@@ -131,7 +132,7 @@ def test_a_workload_gatherer_that_died_makes_every_workload_check_an_error():
     from hostcheck.gather.base import TIMEOUT, Unavailable
 
     results = judge_workload(Unavailable(TIMEOUT, "gathering workload did not finish in 9 s"))
-    assert [r.id for r in results] == WORKLOAD_IDS and len(results) == 17
+    assert [r.id for r in results] == WORKLOAD_IDS and len(results) == 18
     assert {r.status for r in results} == {"error"}
     assert all("did not complete" in r.message and "9 s" in r.message for r in results)
 

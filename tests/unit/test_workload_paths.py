@@ -4,6 +4,7 @@ registered check with each fault planted and absent, and the probe's code on the
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from workload_runs import judge_one
@@ -253,3 +254,105 @@ def test_the_gatherer_launches_the_nic_all_reduce_with_p2p_and_shm_off_only_wher
         "/py", sections=("env", "ddp", "nic_loopback"), nic_ports=none, gpu_possible=True
     )
     assert len(seen) == 1 and "no RDMA device" in run.nic_loopback_skipped
+
+
+# --- workload.E018: GPUDirect RDMA write bandwidth per NIC --------------------------------------------------------
+
+#: ib_write_bw's result table as perftest prints it with --report_gbits (a duration run leaves the peak at 0.00).
+IB_WRITE_BW_OUT = """\
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 8388608    29172            0.00               {bw}                 0.005861
+---------------------------------------------------------------------------------------
+"""
+
+
+def fake_perftest(tmp_path, bw: str = "391.62") -> str:
+    """A PATH holding a numactl that records its binding and runs the rest, and an ib_write_bw whose server
+    waits and whose client prints the result table."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "argv.log"
+    (bin_dir / "numactl").write_text(f'#!/bin/sh\necho "numactl $*" >> {log}\nshift 4\nexec "$@"\n')
+    body = IB_WRITE_BW_OUT.format(bw=bw)
+    (bin_dir / "ib_write_bw").write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do last="$a"; done\n'
+        'case "$last" in 127.0.0.1) ;; *) exec sleep 60 ;; esac\n'
+        f"cat <<'END'\n{body}END\n"
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return str(bin_dir)
+
+
+def test_ib_write_bw_runs_per_nic_bound_to_its_numa_node_and_its_result_line_is_read(tmp_path, monkeypatch):
+    from hostcheck.gather import gdr_write as G
+    from hostcheck.gather.rdma_rate import RdmaPort
+
+    assert G.parse_bw(IB_WRITE_BW_OUT.format(bw="391.62")) == 391.62 and G.parse_bw("no table") is None
+    bin_dir = fake_perftest(tmp_path)
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    ports = (
+        RdmaPort("mlx5_0", 1, 400.0, "ACTIVE", "InfiniBand", 0),
+        RdmaPort("mlx5_1", 1, 400.0, "ACTIVE", "InfiniBand", 1),
+        RdmaPort("mlx5_2", 1, 100.0, "ACTIVE", "Ethernet", 1),  # RoCE: not this test's
+    )
+    run = G.gather_gdr_write(ports, gpus=8, seconds=1)
+    assert [(r["device"], r["gpu"], r["numa_node"], r["gbps"]) for r in run.rows] == [
+        ("mlx5_0", 0, 0, 391.62),
+        ("mlx5_1", 1, 1, 391.62),
+    ]
+    log = (tmp_path / "argv.log").read_text().splitlines()
+    client = next(x for x in log if x.endswith("127.0.0.1") and "mlx5_1" in x)
+    assert (
+        client.startswith("numactl -N 1 -m 1 ib_write_bw -p 18511 -s 8388608 ") and "--use_cuda=1" in client
+    )
+    assert "-D 1" in client and len(log) == 4  # a server and a client per NIC
+    # Without perftest, or without an InfiniBand port: skipped with the reason.
+    assert (
+        "ib_write_bw not found (install perftest)"
+        in G.gather_gdr_write(ports, 8, which=lambda t: None).skipped
+    )
+    assert G.gather_gdr_write(ports[2:], 8, seconds=1).skipped == "no ACTIVE InfiniBand port"
+
+
+def gdr_run(rows, skipped: str = "") -> WorkloadRun:
+    from hostcheck.gather.gdr_write import GdrRun
+
+    return WorkloadRun(gdr_write=GdrRun(rows=tuple(rows), skipped=skipped), sections=("gdr_write",))
+
+
+def nic_row(i: int, gbps, rate: float = 400.0, **kw) -> dict:
+    return {
+        "device": f"mlx5_{i}",
+        "port": 1,
+        "gpu": i,
+        "numa_node": i // 4,
+        "rate_gbps": rate,
+        "gbps": gbps,
+        **kw,
+    }
+
+
+def test_gpudirect_write_fails_below_azures_380_on_ndr_and_only_warns_elsewhere():
+    healthy = [nic_row(i, 391.6) for i in range(8)]
+    r = judge_one(gdr_run(healthy), "workload.E018", gpus())
+    assert r.status == Status.PASS and r.value == 391.6 and "380" in r.expected
+    planted = [*healthy[:5], nic_row(5, 201.3), *healthy[6:]]
+    r = judge_one(gdr_run(planted), "workload.E018", gpus())
+    assert r.status == Status.FAIL and any(
+        d.startswith("mlx5_5:1 with GPU 5 (NUMA node 1): 201.3") for d in r.details
+    )
+    # A 200 Gb/s HDR port has no public line: 150 Gb/s warns (95% of 200 is hostcheck's), never fails.
+    r = judge_one(gdr_run([nic_row(0, 150.0, rate=200.0)]), "workload.E018", gpus())
+    assert r.status == Status.WARN
+    assert judge_one(gdr_run([nic_row(0, 195.0, rate=200.0)]), "workload.E018", gpus()).status == Status.PASS
+
+
+def test_gpudirect_write_skips_with_the_reason_and_a_broken_run_is_an_error():
+    r = judge_one(gdr_run([], skipped="ib_write_bw not found (install perftest)"), "workload.E018", gpus())
+    assert r.status == Status.SKIP and "perftest" in r.message
+    broken = [nic_row(0, None, error="ib_write_bw exited 1: Couldn't allocate MR with CUDA")]
+    r = judge_one(gdr_run(broken), "workload.E018", gpus())
+    assert r.status == Status.ERROR and "Couldn't allocate MR" in r.details[0]
+    assert judge_one(WorkloadRun(sections=("env",)), "workload.E018", gpus()).status == Status.SKIP

@@ -1,5 +1,6 @@
-"""Measured paths: between GPUs (workload.E016, the copy bandwidth of every ordered pair of GPUs in the node) and
-through the NICs (workload.E017, an all_reduce with NCCL's peer-to-peer and shared memory off).
+"""Measured paths: between GPUs (workload.E016, the copy bandwidth of every ordered pair of GPUs in the node),
+through the NICs (workload.E017, an all_reduce with NCCL's peer-to-peer and shared memory off) and from each NIC
+into GPU memory (workload.E018, GPUDirect RDMA write bandwidth with perftest).
 
 A pair connected by NVLink is judged against its SKU's line in ``hostcheck/data/gpu_skus.json`` (``peer_copy``:
 Azure's H100/H200 P2P line, which can fail); every pair is also compared with the node's other pairs, which can
@@ -157,4 +158,58 @@ def nic_loopback(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Out
         unit="GB/s",
         expected=expected,
         hint=_HINT_NIC if st is Status.WARN else None,
+    )
+
+
+_HINT_GDR = (
+    "check the NIC and its path to the GPU: ibstat (rate, state), GPUDirect RDMA (nvidia-peermem loaded or DMA-BUF "
+    "with the open kernel modules), ACS on the PCIe switch between them, the GPU's and the NIC's NUMA node "
+    "(nvidia-smi topo -m), and re-run ib_write_bw --use_cuda by hand"
+)
+
+
+@workload_check(
+    "workload.E018", "GPUDirect RDMA write bandwidth per NIC", 1.0, "gdr_write", reads_config=True
+)
+def gdr_write(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
+    g = run.gdr_write
+    if g is None:
+        return _f(Status.SKIP, "not run")
+    if g.skipped:
+        return _f(Status.SKIP, f"not run: {g.skipped}")
+    t = getattr(config, "thresholds", None)
+    ndr = float(getattr(t, "gdr_write_ndr_gbps", 380.0))
+    frac = float(getattr(t, "gdr_write_line_fraction", 0.95))
+    statuses, details, rates = [], [], []
+    for row in g.rows:
+        where = f"{row.get('device')}:{row.get('port')} with GPU {row.get('gpu')} (NUMA node {row.get('numa_node')})"
+        gbps = num(row.get("gbps"))
+        if row.get("error") or gbps is None:
+            statuses.append(Status.ERROR)
+            details.append(f"{where}: not measured ({row.get('error') or 'no figure'})")
+            continue
+        rates.append(gbps)
+        rate = num(row.get("rate_gbps"))
+        if rate == 400.0:
+            st = Status.FAIL if gbps < ndr else Status.PASS
+            line = f"{ndr:g} Gb/s (Azure, NDR)"
+        elif rate:
+            st = Status.WARN if gbps < frac * rate else Status.PASS
+            line = f"{frac:.0%} of {rate:g} Gb/s (hostcheck's, warns)"
+        else:
+            st, line = Status.PASS, "no line (the port's rate is unknown)"
+        statuses.append(st)
+        details.append(f"{where}: {gbps:.1f} Gb/s, line {line}")
+    if not statuses:
+        return _f(Status.ERROR, "GPUDirect write: no NIC gave a result")
+    st = worst(statuses)
+    msg = f"{len(g.rows)} NICs wrote into GPU memory" + (f"; slowest {min(rates):.1f} Gb/s" if rates else "")
+    return _f(
+        st,
+        msg,
+        value=round(min(rates), 1) if rates else None,
+        unit="Gb/s",
+        expected=f">= {ndr:g} Gb/s on a 400 Gb/s port (Azure HPC health checks); {frac:.0%} of other rates (warns)",
+        hint=_HINT_GDR if st in (Status.WARN, Status.FAIL) else None,
+        details=tuple(details),
     )
