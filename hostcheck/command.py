@@ -46,7 +46,7 @@ from typing import Any, Callable, NoReturn
 
 from hostcheck import __version__, cli, fleet
 from hostcheck.bench import cli as bench_cli
-from hostcheck.child.launch import kill_all, reopen
+from hostcheck.child.launch import kill_all, release_private_root, reopen
 from hostcheck.job import cli as job_cli
 
 PROG = "hostcheck"
@@ -287,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         threading.excepthook = hook
         signals.restore()
+        release_private_root()
 
 
 def _thread_failed(args: Any) -> None:

@@ -240,6 +240,16 @@ def _remove_root(folder: str) -> None:
     removed(folder)
 
 
+def release_private_root() -> None:
+    """Remove this process's private PYTHONPATH folder now (the command's end: nothing it made may outlive the run;
+    a later child makes a new one). At exit and at death (the reaper) it goes anyway."""
+    with _ROOT_LOCK:
+        if not _PRIVATE_ROOT or _PRIVATE_ROOT[0][0] != os.getpid():
+            return
+        folder = _PRIVATE_ROOT.pop()[1]
+    _remove_root(folder)
+
+
 def inside_module(module: str) -> str:
     """The dotted name of a module of hostcheck.inside ("workload" -> "hostcheck.inside.workload")."""
     return f"{INSIDE_PACKAGE}.{module}"
