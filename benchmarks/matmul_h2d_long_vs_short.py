@@ -4,7 +4,7 @@
 hostcheck's short run must give bf16 matmul and pinned host-to-device figures within 5% of a long measurement
 on the same GPU (docs/workload.md). This measures, on one GPU, in this order:
 
-1. short, cold: exactly what the workload probe does (hostcheck/inside/workload.py): 4096^3 bf16 matmul,
+1. short, cold: exactly what the workload probe does (hostcheck/inside/workload/): 4096^3 bf16 matmul,
    0.3 s warm-up, 0.25 s of timed batches, median; 256 MiB pinned copies, 0.1 s warm-up, 0.2 s timed.
 2. long: 8192^3 bf16 matmul, 5 s warm-up, 30 s timed; 1 GiB pinned copies, 2 s warm-up, 20 s timed.
 3. short again, hot (right after the long run).
@@ -26,11 +26,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(
-    0, os.path.join(ROOT, "hostcheck", "inside")
-)  # the probe code is standalone: import it directly
+sys.path.insert(0, ROOT)  # the probe code imports nothing outside hostcheck.inside: import it directly
 
-import workload as probes  # noqa: E402
+from hostcheck.inside import workload as probes  # noqa: E402
 
 MIB = 1 << 20
 

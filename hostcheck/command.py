@@ -51,7 +51,7 @@ from hostcheck import __version__
 from hostcheck.baseline import cli as baseline_cli
 from hostcheck.bench import cli as bench_cli
 from hostcheck.check import cli as check_cli
-from hostcheck.child.launch import kill_all, reopen
+from hostcheck.child.launch import kill_all, release_private_root, reopen
 from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
 from hostcheck.fleet import cli as fleet_cli
 from hostcheck.job import cli as job_cli
@@ -300,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         threading.excepthook = hook
         signals.restore()
+        release_private_root()
 
 
 def _thread_failed(args: Any) -> None:

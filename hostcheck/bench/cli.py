@@ -30,15 +30,15 @@ from hostcheck.bench.plan import (
     recommended_workers,
     shm_size_bytes,
 )
-from hostcheck.bench.proof import describe_pil
 from hostcheck.bench.render import document, render_json, render_text
-from hostcheck.bench.run import Context, base_environment, probe_python, pythonpath_root, run_plan
-from hostcheck.child.launch import python_arg
+from hostcheck.bench.run import Context, base_environment, probe_python, run_plan
+from hostcheck.child.launch import python_arg, pythonpath_root
 from hostcheck.exitcodes import EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
 from hostcheck.gather.base import read_text
 from hostcheck.gather.facts import gather_facts
 from hostcheck.gather.system import gather_system
 from hostcheck.gather.torchinfo import choose_python
+from hostcheck.inside.proof import describe_pil
 from hostcheck.outfile import paths_error, write_report
 from hostcheck.report import now_iso
 
@@ -405,7 +405,7 @@ def _emit(args, setup: _Setup, plan, bench, adv, doc: dict[str, Any], when: str)
             f"{', '.join(host['gpus']) or 'no GPU'}, torch {py['torch']}",
             f"{when}; {args.pairs} pairs per comparison; {py['pil']}",
         )
-        why = render_png(setup.ctx, spec, args.png) if spec["rows"] else "nothing to draw"
+        why = render_png(spec, args.png) if spec["rows"] else "nothing to draw"
         if why:
             failures.append(f"chart not written: {why}")
         doc["chart"] = {"path": None if why else os.path.abspath(args.png), "error": why}

@@ -524,8 +524,8 @@ def _threads_group(env: BenchEnv, train: dict) -> Group:
     return Group("threads/train", "threads", "train", _train_title(train), train, tuple(variants))
 
 
-# Also hostcheck/inside/fixtures.py's (the workload probe runs by path and cannot import this side, and this
-# side imports nothing of hostcheck.inside): test_bench_plan pins the two to one rule.
+# Also hostcheck/inside/fixtures.py's (the workload probe runs in the training Python and imports nothing of this
+# side, and this side imports nothing of hostcheck.inside): test_bench_plan pins the two to one rule.
 def recommended_workers(cpus: int, gpus: int) -> int:
     """The usual rule: the CPUs per GPU, less one for the training process, at most 8, at least 1."""
     per_gpu = max(1, cpus // max(1, gpus))

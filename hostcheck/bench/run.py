@@ -7,7 +7,7 @@ set), PYTHONPATH with any PIL overlay first and hostcheck after it, and the ``un
 variant. It proves what it got in its hello line and in every answer; each measurement has a hard timeout
 that kills the worker's process group. A worker that crashes, hangs or prints nonsense becomes an error for
 its variant; the other variants and groups go on. Every group's workers are ended when the group ends, fails
-or is interrupted. The probe, the JPEG writer and the chart are one-shot children (launch.run_child); every
+or is interrupted. The probe and the JPEG writer are one-shot children (launch.run_child); every
 process, worker or one-shot, starts through hostcheck.child.launch, so its kill_all() (SIGINT/SIGTERM) ends them all.
 
 Why one module: the group of workers, the interleaved rounds and the per-answer proofs share one state (which
@@ -16,7 +16,6 @@ worker is usable, which variant failed and why); split, each part would need the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -28,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hostcheck import infile
-from hostcheck.bench import proof
 from hostcheck.bench.discover import avx2_instructions
 from hostcheck.bench.plan import Group, Plan, Variant
 from hostcheck.bench.stats import HELPS, HURTS, Summary, schedule, summarize
-from hostcheck.child.launch import ProbeRun, child_env, run_child
+from hostcheck.child.launch import ProbeRun, child_env, inside_argv, inside_env, run_child
 from hostcheck.child.session import CLOSE_GRACE_S, Server, close_all
+from hostcheck.inside import proof
 
 #: Tuning variables never inherited by a child: each variant sets its own (docs/bench.md).
 STRIP_KEYS = ("LD_PRELOAD", "MALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -74,26 +73,6 @@ def clean_env(environ: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return keep, gone
 
 
-def pythonpath_root(workdir: str) -> str:
-    """A folder holding only a link to our hostcheck package, for the child's PYTHONPATH: the folder hostcheck
-    lives in may be a site-packages whose other packages must not shadow the training venv's."""
-    import hostcheck
-
-    pkg = os.path.dirname(os.path.abspath(hostcheck.__file__))
-    shim = os.path.join(workdir, "pythonpath")
-    link = os.path.join(shim, "hostcheck")
-    try:
-        os.makedirs(shim, exist_ok=True)
-        if os.path.islink(link) and os.readlink(link) == pkg:
-            return shim
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(link)
-        os.symlink(pkg, link)
-        return shim
-    except OSError:
-        return os.path.dirname(pkg)
-
-
 @dataclass(frozen=True)
 class Context:
     python: str
@@ -110,10 +89,15 @@ class Context:
 
 
 def worker_argv(
-    python: str, cfg: dict[str, Any], shm_size: str | None = None, serve: bool = False
+    python: str,
+    cfg: dict[str, Any],
+    shm_size: str | None = None,
+    serve: bool = False,
+    root: str | None = None,
 ) -> list[str]:
-    argv = [python, "-m", "hostcheck.inside.bench_worker", *(["--serve"] if serve else [])]
-    argv.append(json.dumps(cfg, sort_keys=True))
+    """The bench worker's command (``root``: the PYTHONPATH folder, launch.pythonpath_root)."""
+    args = [*(["--serve"] if serve else []), json.dumps(cfg, sort_keys=True)]
+    argv = inside_argv(python, "bench_worker", *args, root=root)
     if shm_size:
         wrap = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SHM_SCRIPT, "sh"]
         return [*wrap, shm_size, *argv]
@@ -123,11 +107,7 @@ def worker_argv(
 def variant_env(ctx: Context, variant: Variant | None = None, overlay: str | None = None) -> dict[str, str]:
     env = dict(ctx.base_env)
     env.update(variant.env if variant else {})
-    paths = [p for p in (overlay, ctx.pyroot, ctx.base_env.get("PYTHONPATH")) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return inside_env(env, first=(overlay,), root=ctx.pyroot)
 
 
 def base_environment() -> tuple[dict[str, str], dict[str, str]]:
@@ -249,7 +229,7 @@ class Workers:
                 if v.overlay_wheel and not overlay:
                     self.no_overlay.add(v.key)
                     continue
-                argv = worker_argv(ctx.python, {"expect": v.expect}, v.shm_size, serve=True)
+                argv = worker_argv(ctx.python, {"expect": v.expect}, v.shm_size, serve=True, root=ctx.pyroot)
                 name = f"{group.key}:{v.key}"
                 self.servers[v.key] = ctx.server_launcher(argv, variant_env(ctx, v, overlay), name)
         except BaseException:
@@ -581,7 +561,10 @@ def _first_record_note(group: Group, v: Variant, rec: dict) -> str | None:
 def probe_python(ctx: Context) -> tuple[dict | None, str | None]:
     """The training Python's environment (worker task "probe"), or why it could not be read."""
     run = ctx.launcher(
-        worker_argv(ctx.python, {"task": "probe"}), variant_env(ctx), max(ctx.timeout, 60.0), "probe"
+        worker_argv(ctx.python, {"task": "probe"}, root=ctx.pyroot),
+        variant_env(ctx),
+        max(ctx.timeout, 60.0),
+        "probe",
     )
     final = next((r for r in reversed(run.records) if "ok" in r), None)
     if run.error or not final or not final.get("ok"):
@@ -615,7 +598,9 @@ def ensure_images(ctx: Context, count: int, size=(484, 402), quality: int = 90, 
         "quality": quality,
         "seed": seed,
     }
-    run = ctx.launcher(worker_argv(ctx.python, cfg), variant_env(ctx), max(ctx.timeout, 300.0), "images")
+    run = ctx.launcher(
+        worker_argv(ctx.python, cfg, root=ctx.pyroot), variant_env(ctx), max(ctx.timeout, 300.0), "images"
+    )
     final = next((r for r in reversed(run.records) if "ok" in r), {})
     if run.error or not final.get("ok"):
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,10 +13,19 @@ each launch is tracked in a live registry until it ends, so :func:`kill_all` (SI
 every child, its group and what carries its token, and no child starts after it until :func:`reopen`. Each start
 and end is also told to the run's reaper (hostcheck.child.reaper), a small process that kills what is left when
 hostcheck dies without cleaning up (SIGKILL).
+
+Code that runs in the training Python (hostcheck.inside) starts one way: :func:`inside_argv`, which runs
+hostcheck.inside.<module> as ``python -m`` would, with a folder holding only a link to this hostcheck package
+(:func:`pythonpath_root`) first on sys.path, so a training venv without hostcheck runs it and a venv with another
+hostcheck runs ours (the folder hostcheck lives in may be a site-packages whose packages must not shadow the
+training venv's). The job hook is the one exception: every Python of the user's job must load it, and the job's
+command is the user's, so a sitecustomize folder goes first on the job's PYTHONPATH, through the same
+:func:`inside_env` that puts a bench variant's PIL overlay first.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -187,6 +196,98 @@ def child_env(env_overrides: dict | None = None) -> dict[str, str]:
     # NVML (nvidia-smi) numbers GPUs in PCI bus order; make CUDA's indices agree unless told otherwise.
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return env
+
+
+#: The package whose modules run in the training Python.
+INSIDE_PACKAGE = "hostcheck.inside"
+_ROOT_LOCK = threading.Lock()
+#: This process's private PYTHONPATH folder (pid, path), made at the first child that needs one.
+_PRIVATE_ROOT: list[tuple[int, str]] = []
+
+
+def pythonpath_root(workdir: str | None = None) -> str:
+    """A folder holding only a link to our hostcheck package, for the training Python's PYTHONPATH: ``workdir``/
+    pythonpath (the bench's work folder), or by default a private temporary folder made once per process and
+    removed when it ends (by the reaper should it die). When no link can be made, the folder hostcheck lives in."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if workdir is None:
+        with _ROOT_LOCK:
+            if not _PRIVATE_ROOT or _PRIVATE_ROOT[0][0] != os.getpid():
+                try:
+                    folder = tempfile.mkdtemp(prefix="hostcheck-inside-")
+                except OSError:
+                    return os.path.dirname(pkg)
+                remove_at_death(folder)
+                atexit.register(_remove_root, folder)
+                _PRIVATE_ROOT[:] = [(os.getpid(), folder)]
+            workdir = _PRIVATE_ROOT[0][1]
+    shim = os.path.join(workdir, "pythonpath")
+    link = os.path.join(shim, "hostcheck")
+    try:
+        os.makedirs(shim, exist_ok=True)
+        if os.path.islink(link) and os.readlink(link) == pkg:
+            return shim
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
+        os.symlink(pkg, link)
+        return shim
+    except OSError:
+        return os.path.dirname(pkg)
+
+
+def _remove_root(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    removed(folder)
+
+
+def release_private_root() -> None:
+    """Remove this process's private PYTHONPATH folder now (the command's end: nothing it made may outlive the run;
+    a later child makes a new one). At exit and at death (the reaper) it goes anyway."""
+    with _ROOT_LOCK:
+        if not _PRIVATE_ROOT or _PRIVATE_ROOT[0][0] != os.getpid():
+            return
+        folder = _PRIVATE_ROOT.pop()[1]
+    _remove_root(folder)
+
+
+def inside_module(module: str) -> str:
+    """The dotted name of a module of hostcheck.inside ("workload" -> "hostcheck.inside.workload")."""
+    return f"{INSIDE_PACKAGE}.{module}"
+
+
+#: What the training Python runs first: our PYTHONPATH folder first on sys.path, then the module as ``-m`` runs it
+#: (runpy: a package's __main__, relative imports, the module's spec for multiprocessing's spawn and forkserver,
+#: which hand sys.path to their children). Not PYTHONPATH alone: a training Python behind a wrapper with -E or -I
+#: ignores it.
+BOOTSTRAP = (
+    "import runpy, sys; sys.path.insert(0, sys.argv[1]); m = sys.argv[2]; del sys.argv[1:3]; "
+    "runpy.run_module(m, run_name='__main__', alter_sys=True)"
+)
+
+
+def inside_argv(python: str, module: str, *args: str, root: str | None = None) -> list[str]:
+    """The one way to start hostcheck.inside.``module`` in the training Python ``python``, with ``args``:
+    :data:`BOOTSTRAP` with ``root`` (default :func:`pythonpath_root`), which runs it as ``python -m`` would. Under
+    torchrun it goes after ``--no-python``, so every rank starts the same way."""
+    return [python, "-c", BOOTSTRAP, root or pythonpath_root(), inside_module(module), *args]
+
+
+def inside_env(
+    env: dict[str, str] | None = None,
+    first: Sequence[str | None] = (),
+    root: str | None = None,
+    hook: bool = False,
+) -> dict[str, str]:
+    """``env`` (default :func:`child_env`) with PYTHONPATH ``first`` (a PIL overlay, the job hook's sitecustomize
+    folder), then ``root`` (a :func:`pythonpath_root`, for what the code starts in turn), then what it held.
+    ``hook``: the environment of the user's job, which changes in nothing else."""
+    out = dict(env) if env is not None else child_env()
+    paths = [p for p in (*first, root, out.get("PYTHONPATH")) if p]
+    out["PYTHONPATH"] = os.pathsep.join(paths)
+    if not hook:
+        out["PYTHONDONTWRITEBYTECODE"] = "1"
+        out["PYTHONUNBUFFERED"] = "1"
+    return out
 
 
 class _Reaper:

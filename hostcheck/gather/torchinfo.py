@@ -64,13 +64,6 @@ def choose_python(explicit: str | None, facts: Any) -> tuple[str, str]:
     return sys.executable, "hostcheck's own Python"
 
 
-def probe_source() -> str:
-    with open(
-        os.path.join(os.path.dirname(os.path.dirname(__file__)), "inside", "probe.py"), encoding="utf-8"
-    ) as f:
-        return f.read()
-
-
 def gather_torch(
     python: str,
     python_source: str = "",
@@ -89,10 +82,11 @@ def gather_torch(
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if not with_torch:
         env["HOSTCHECK_PROBE_NO_TORCH"] = "1"
-    from hostcheck.child.launch import run_child
+    from hostcheck.child.launch import inside_argv, run_child
 
     # The one launcher: its own session, killed with its group at the deadline, swept on SIGINT/SIGTERM.
-    run = run_child([python, "-c", probe_source()], timeout_s, name="torch probe", env=env, marker=MARKER)
+    argv = inside_argv(python, "probe")
+    run = run_child(argv, timeout_s, name="torch probe", env=env, marker=MARKER)
     return probe_snapshot(run, python, python_source, timeout_s)
 
 

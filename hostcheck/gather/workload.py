@@ -2,8 +2,8 @@
 
 ``gather_workload`` launches the children through the one launcher (hostcheck.child.launch) and returns a
 :class:`WorkloadRun`: their raw records and errors, unjudged. The checks in hostcheck.checks.workload judge it.
-The code the children run is hostcheck/inside/workload.py, started by path (the training venv need not have
-hostcheck).
+The code the children run is hostcheck.inside.workload, started the one way code starts in the training Python
+(hostcheck.child.launch.inside_argv: the training venv need not have hostcheck).
 """
 
 from __future__ import annotations
@@ -18,12 +18,39 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from hostcheck.child.launch import ProbeRun, child_env, free_port, run_child, run_children
-
-PROBES_PATH = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inside", "workload.py"
+from hostcheck.child.launch import (
+    ProbeRun,
+    child_env,
+    free_port,
+    inside_argv,
+    run_child,
+    run_children,
 )
-DEFAULT_SECTIONS = ("env", "matmul", "bandwidth", "amp", "dataloader", "ddp")
+from hostcheck.gather.gdr_write import SECONDS as GDR_SECONDS
+from hostcheck.gather.gdr_write import SERVER_START_S, SLACK_S, GdrRun, gather_gdr_write
+from hostcheck.gather.rdma_rate import gather_rdma_ports
+
+#: The module of hostcheck.inside the children run.
+PROBES = "workload"
+DEFAULT_SECTIONS = (
+    "env",
+    "matmul",
+    "bandwidth",
+    "p2p",
+    "amp",
+    "dataloader",
+    "ddp",
+    "nic_loopback",
+    "gdr_write",
+)
+#: Sections launched here rather than run in the suite's process.
+LAUNCHED = ("nic_loopback", "gdr_write")
+#: What the GPUDirect write runs may take at most (perftest's duration, the server's start, the client's slack).
+GDR_LIMIT_S = GDR_SECONDS + SERVER_START_S + SLACK_S + 10.0
+#: The all_reduce through the NICs on one node: NCCL may use neither peer-to-peer (NVLink, PCIe) nor shared
+#: memory, so every byte goes out through an RDMA NIC and back, as Azure HPC health checks' IB loopback check runs
+#: it (customTests/azure_nccl_allreduce_ib_loopback.nhc: -x NCCL_SHM_DISABLE=1 -x NCCL_P2P_DISABLE=1).
+NIC_LOOPBACK_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
 #: Without the NVIDIA control device no CUDA GPU can be used: the DDP check is gloo, known before the suite.
 NVIDIA_CTL = "/dev/nvidiactl"
 #: Slack over the sum of the children's own deadlines (process start-up) before the gatherer is cut.
@@ -57,6 +84,13 @@ class WorkloadRun:
     multinode_requested: bool = False
     burn: ProbeRun | None = None
     burn_requested: float = 0.0
+    #: The all_reduce through the NICs (NIC_LOOPBACK_ENV), one run per rank; or why it was not run.
+    nic_loopback: tuple[ProbeRun, ...] = ()
+    nic_loopback_skipped: str = ""
+    #: The RDMA ports it is judged against (hostcheck.gather.rdma_rate.NicPort.to_dict()).
+    nic_ports: tuple[dict, ...] = ()
+    #: GPUDirect RDMA write bandwidth per NIC (hostcheck.gather.gdr_write.GdrRun), when the section ran.
+    gdr_write: GdrRun | None = None
     wall_s: float = 0.0
     #: The suite sections asked for (checks of the others are skipped).
     sections: tuple[str, ...] = DEFAULT_SECTIONS
@@ -75,6 +109,10 @@ class WorkloadRun:
             "ddp": [r.to_dict() for r in self.ddp],
             "multinode": [r.to_dict() for r in self.multinode],
             "burn": self.burn.to_dict() if self.burn else None,
+            "nic_loopback": [r.to_dict() for r in self.nic_loopback],
+            "nic_loopback_skipped": self.nic_loopback_skipped,
+            "nic_ports": list(self.nic_ports),
+            "gdr_write": self.gdr_write.to_dict() if self.gdr_write else None,
             "wall_s": round(self.wall_s, 3),
             "sections": list(self.sections),
         }
@@ -181,7 +219,7 @@ def device_figures(run: WorkloadRun) -> tuple[DeviceFigures, ...]:
 
 
 def _probe_argv(python: str, probe: str, args: dict) -> list[str]:
-    return [python, PROBES_PATH, probe, "--json-args", json.dumps(args)]
+    return inside_argv(python, PROBES, probe, "--json-args", json.dumps(args))
 
 
 def section(run: ProbeRun | None, name: str) -> tuple[dict | None, str | None]:
@@ -221,6 +259,7 @@ def suite_section(run: WorkloadRun, name: str) -> tuple[dict | None, str | None]
     return section(suite_run_for(run, name), name)
 
 
+# long: the suite, DDP, burn-in and the two NIC sections are started in order against one deadline
 def gather_workload(
     python: str,
     *,
@@ -233,13 +272,16 @@ def gather_workload(
     ddp_timeout: float | None = None,
     multinode: MultiNode | None = None,
     gpu_possible: bool | None = None,
+    nic_ports: Any = None,
 ) -> WorkloadRun:
     """Run the probes in child processes of ``python`` (the training venv's interpreter).
 
     ``timeout`` bounds each child: the suite process, the DDP ranks (``ddp_timeout`` when given) and the burn
     (its length plus ``timeout``); ``env`` is
     the training environment to apply (LD_PRELOAD, OMP_NUM_THREADS...). ``gpu_possible`` (default: whether
-    /dev/nvidiactl exists) False runs the gloo DDP check beside the suite. Never raises for a probe failure.
+    /dev/nvidiactl exists) False runs the gloo DDP check beside the suite. ``nic_ports``: the RDMA ports
+    (hostcheck.gather.rdma_rate.gather_rdma_ports) for the all_reduce through the NICs. Never raises for a probe
+    failure.
     """
     t0 = time.monotonic()
     if ddp_timeout is None:
@@ -248,7 +290,8 @@ def gather_workload(
     section_args = dict(section_args or {})
     ddp_args = dict(section_args.get("ddp") or {})
     section_args["ddp"] = dict(ddp_args, single_gpu_only=True)
-    argv = _probe_argv(python, "suite", {"device": device, "sections": list(sections), "args": section_args})
+    in_suite = [x for x in sections if x not in LAUNCHED]
+    argv = _probe_argv(python, "suite", {"device": device, "sections": in_suite, "args": section_args})
     ddp_mode = ""
     ddp_runs: tuple[ProbeRun, ...] = ()
     if gpu_possible is None:
@@ -267,7 +310,7 @@ def gather_workload(
     else:
         suite = run_child(argv, timeout, name="suite", env=cenv)
     rest = None
-    remaining = [x for x in sections if not started(suite, x) and not (x == "ddp" and ddp_mode == "gloo")]
+    remaining = [x for x in in_suite if not started(suite, x) and not (x == "ddp" and ddp_mode == "gloo")]
     if suite.error and remaining:
         # A crash or hang takes the process down: give the sections it never reached a process of their own.
         rest_args = {"device": device, "sections": remaining, "args": section_args}
@@ -278,6 +321,24 @@ def gather_workload(
         if ddp_mode in ("nccl", "gloo"):
             nproc = ngpu if ddp_mode == "nccl" else 2
             ddp_runs = launch_local_ddp(python, nproc, ddp_mode, ddp_args, ddp_timeout, env)
+    loop_runs: tuple[ProbeRun, ...] = ()
+    loop_skip = ""
+    ports = nic_ports if isinstance(nic_ports, tuple) else ()
+    if "nic_loopback" in sections:
+        active = [p for p in ports if getattr(p, "state", None) == "ACTIVE"]
+        mode, ngpu = _ddp_plan(view, device)
+        if not active:
+            why = "not read" if nic_ports is None else str(nic_ports)
+            loop_skip = f"no active RDMA port ({why})" if not ports else "no RDMA port is ACTIVE"
+        elif mode != "nccl" or ngpu < 2:
+            loop_skip = f"needs two or more GPUs under NCCL ({ngpu if mode == 'nccl' else 'no NCCL'})"
+        else:
+            loop_env = {**(env or {}), **NIC_LOOPBACK_ENV}
+            loop_runs = launch_local_ddp(python, ngpu, "nccl", ddp_args, ddp_timeout, loop_env)
+    gdr = None
+    if "gdr_write" in sections:
+        mode, ngpu = _ddp_plan(view, device)
+        gdr = gather_gdr_write(nic_ports if nic_ports is not None else ports, ngpu if mode != "gloo" else 0)
     mn_runs: tuple[ProbeRun, ...] = ()
     if multinode is not None:
         if multinode.nproc_per_node is None:
@@ -303,6 +364,10 @@ def gather_workload(
         multinode_requested=multinode is not None,
         burn=burn_run,
         burn_requested=float(burn or 0.0),
+        nic_loopback=loop_runs,
+        nic_loopback_skipped=loop_skip,
+        nic_ports=tuple(p.to_dict() for p in ports),
+        gdr_write=gdr,
         wall_s=time.monotonic() - t0,
         sections=tuple(sections),
     )
@@ -369,7 +434,12 @@ def torchrun_argv(python: str, mn: MultiNode, args: dict | None = None) -> list[
     argv = [python, "-m", "torch.distributed.run", "--nnodes", str(mn.nnodes)]
     argv += ["--nproc-per-node", str(mn.nproc_per_node) if mn.nproc_per_node else "gpu"]
     argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", mn.rdzv_endpoint, "--rdzv-id", mn.rdzv_id]
-    return [*argv, PROBES_PATH, "ddp_worker", "--json-args", json.dumps(dict(args or {}))]
+    # --no-python: torchrun runs our command as it is, so every rank starts the one way (launch.inside_argv).
+    return [
+        *argv,
+        "--no-python",
+        *inside_argv(python, PROBES, "ddp_worker", "--json-args", json.dumps(dict(args or {}))),
+    ]
 
 
 def local_addr_towards(endpoint: str) -> str | None:
@@ -399,12 +469,15 @@ def launch_multinode(python: str, mn: MultiNode, args: dict | None = None, env: 
 
 def gather_limit(options: Any) -> float:
     """The whole workload run's ceiling, from the options: every child has its own hard deadline (suite and
-    the re-run of what it never reached, two DDP launch tries, the multi-node rendezvous, burn), and this
+    the re-run of what it never reached, two DDP launch tries, two of the all_reduce through the NICs, the GPUDirect
+    write runs, the multi-node rendezvous, burn), and this
     bounds their sum, so a bug in the sequencing cannot hang a run either."""
     t = options.workload_timeout_s
     rdzv = options.rdzv_timeout_s if options.nnodes else 0.0
     burn = options.burn
-    return 2 * t + 2 * t + rdzv + ((burn + t) if burn > 0 else 0.0) + GATHER_SLACK_S
+    loopback = 2 * t if "nic_loopback" in options.workload_sections else 0.0  # launch_local_ddp tries twice
+    gdr = GDR_LIMIT_S if "gdr_write" in options.workload_sections else 0.0
+    return 2 * t + 2 * t + loopback + gdr + rdzv + ((burn + t) if burn > 0 else 0.0) + GATHER_SLACK_S
 
 
 def gather_for(options: Any, python: str, env: dict[str, str]) -> WorkloadRun:
@@ -418,8 +491,11 @@ def gather_for(options: Any, python: str, env: dict[str, str]) -> WorkloadRun:
             rdzv_id=options.rdzv_id or "hostcheck",
             timeout=options.rdzv_timeout_s,
         )
+    wants_nics = {"nic_loopback", "gdr_write"} & set(options.workload_sections)
+    nics = gather_rdma_ports(options.host_root) if wants_nics else None
     return gather_workload(
         python,
+        nic_ports=nics,
         burn=options.burn,
         timeout=options.workload_timeout_s,
         env=env,

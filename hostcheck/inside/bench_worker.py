@@ -32,11 +32,10 @@ import sys
 import time
 import traceback
 
-from hostcheck.bench import proof
-from hostcheck.inside import probe
+from hostcheck.inside import probe, proof
 from hostcheck.inside.fixtures import JpegDataset, shm_bytes, small_cnn, write_jpegs
 from hostcheck.inside.probe import cpus, pil_info, threads_info
-from hostcheck.inside.workload import emit
+from hostcheck.inside.workload.common import emit
 
 ENV_KEYS = ("LD_PRELOAD", "MALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 

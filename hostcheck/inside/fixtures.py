@@ -1,11 +1,10 @@
-"""Synthetic data and model shared by the workload probes (workload.py) and the bench worker (bench_worker.py).
+"""Synthetic data and model shared by the workload probes (workload/) and the bench worker (bench_worker.py).
 
 JPEGs with a photo's decode cost, a dataset that decodes and augments them as an ImageNet loader does
 (without torchvision), a small conv-net, the DataLoader worker rule and the size of /dev/shm.
 
-Standard library only at import (torch and PIL are imported where they are used), Python >= 3.9, no hostcheck
-import: workload.py runs by path in a training venv that may lack hostcheck and loads this file from its own
-folder; bench_worker.py imports it as hostcheck.inside.fixtures.
+Standard library only at import (torch and PIL are imported where they are used), Python >= 3.9, nothing of
+hostcheck outside hostcheck.inside: both run in the training Python (hostcheck.child.launch.inside_argv).
 """
 
 from __future__ import annotations

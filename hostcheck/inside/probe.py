@@ -1,6 +1,6 @@
-"""Probe run as a child process in the *training* Python (``python -c <this source>``, or by path).
+"""Probe run as a child process in the *training* Python (hostcheck.child.launch.inside_argv(python, "probe")).
 
-Standard library only, Python >= 3.9, no hostcheck import (the training venv need not have hostcheck).
+Standard library only, Python >= 3.9, nothing of hostcheck outside hostcheck.inside.
 Prints ``HOSTCHECK_PROBE_JSON:{"phase": ...}`` as each slow step starts (so a hang is named by the step it
 hung in), then one ``HOSTCHECK_PROBE_JSON:{...}`` line with the result; everything else on stdout is ignored.
 
@@ -87,7 +87,7 @@ def env_vars(keys, prefixes=()):
 
 def allocator_info(kind, paths=None):
     """The malloc replacement this process got: mapped allocator libraries (``kind(path)``: the allocator a
-    library path is, or None; hostcheck.bench.proof.allocator_kind), LD_PRELOAD and MALLOC_CONF."""
+    library path is, or None; hostcheck.inside.proof.allocator_kind), LD_PRELOAD and MALLOC_CONF."""
     paths = maps() if paths is None else paths
     return {
         "mapped": [p for p in paths if kind(p)],

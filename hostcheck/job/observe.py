@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hostcheck.child.launch import Launch
+from hostcheck.child.launch import Launch, inside_env
 from hostcheck.exitcodes import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SIGNAL_BASE
 from hostcheck.gather.nvml import GpuSample, NvmlSampler
 from hostcheck.job.dcgm import DcgmRow, DcgmSampler
@@ -40,9 +40,9 @@ GPU_PROCS_EVERY = 4
 
 def job_env(base: dict[str, str], run_dir: str) -> dict[str, str]:
     """The job's environment: hostcheck's own, with the hook's folder first on PYTHONPATH and the run folder."""
-    env = dict(base)
-    old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = JOBSITE + (os.pathsep + old if old else "")
+    # Not launch.inside_argv: the command is the user's, and every Python it starts must load the hook, so the
+    # hook's sitecustomize folder goes first on PYTHONPATH, by the function that builds every inside PYTHONPATH.
+    env = inside_env(base, first=(JOBSITE,), hook=True)
     env[DIR_VAR] = run_dir
     return env
 

@@ -59,6 +59,20 @@ def test_bandwidth_probe_values_are_sane():
         assert 100 < row["device_copy"]["gbs"] < 20000, row["device_copy"]
 
 
+def test_p2p_probe_copies_between_every_pair_both_ways():
+    """workload.E016's records on the GPUs at hand: every ordered pair measured, peer access said, bytes right;
+    one GPU: the section says there is no pair."""
+    out = probes.probe_p2p({"device": "cuda", "bytes": 64 << 20, "measure_s": 0.05})
+    n = torch.cuda.device_count()
+    if n < 2:
+        assert out["skipped"] and out["pairs"] == []
+        return
+    assert len(out["pairs"]) == n * (n - 1)
+    for p in out["pairs"]:
+        assert "error" not in p, p
+        assert p["ok"] is True and isinstance(p["p2p"], bool) and 1.0 < p["gbs"] < 5000.0, p
+
+
 def test_amp_probe_numerics_and_speedup_on_gpu():
     out = probes.probe_amp({"device": "cuda"})
     for kind, modes in out["models"].items():

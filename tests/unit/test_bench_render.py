@@ -115,31 +115,55 @@ def test_chart_spec_rows():
     assert shm["text"] == "a 64M /dev/shm breaks DataLoader workers" and shm["status"] == "finding"
 
 
-def test_chart_child_without_pil_says_so(tmp_path, monkeypatch, capsys):
+def _decode(data: bytes) -> tuple[int, int, list[bytes]]:
+    """(width, height, RGB rows) of a PNG the one engine wrote (8-bit RGB, every row Sub-filtered)."""
+    import struct
+    import zlib
+
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw, stride, rows = zlib.decompress(idat), 3 * width, []
+    for y in range(height):
+        line = raw[y * (stride + 1) : (y + 1) * (stride + 1)]
+        assert line[0] == 1
+        out = bytearray(line[1:])
+        for i in range(3, stride):
+            out[i] = (out[i] + out[i - 3]) & 0xFF
+        rows.append(bytes(out))
+    return width, height, rows
+
+
+def _colours(data: bytes) -> set[tuple[int, ...]]:
+    _w, _h, rows = _decode(data)
+    return {tuple(r[i : i + 3]) for r in rows for i in range(0, len(r), 3)}
+
+
+def test_the_chart_is_drawn_by_the_one_png_engine_without_pil(tmp_path, monkeypatch):
+    """One PNG engine (hostcheck.png, the job timeline's too): the chart needs no PIL and no child. It
+    replaces the PIL chart drawn in the training Python, whose two tests (no PIL: no chart; no FreeType: the
+    bitmap font) had nothing left to test."""
     import sys
 
     from hostcheck.bench import chart
 
     monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL raises ImportError
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(chart_spec(COMPS, "t")))
-    assert chart.main([str(spec), str(tmp_path / "out.png")]) == 1
-    assert "no PIL in this Python" in capsys.readouterr().out
-    assert not (tmp_path / "out.png").exists()
-
-
-def test_chart_is_drawn_with_the_bitmap_font_when_pil_has_no_freetype(tmp_path, monkeypatch):
-    # pillow-simd built without libfreetype-dev (as on the demo node): load_default(size=) raises ImportError.
-    import pytest
-
-    image_font = pytest.importorskip("PIL.ImageFont")
-    from hostcheck.bench import chart
-
-    def no_freetype(size=None):
-        raise ImportError("cannot import name '_imagingft' from 'PIL'")
-
-    monkeypatch.setattr(image_font, "load_default", no_freetype)
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(chart_spec(COMPS, "t")))
-    assert chart.main([str(spec), str(tmp_path / "out.png")]) == 0
-    assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = tmp_path / "out.png"
+    assert chart.render_png(chart_spec(COMPS, "t", "sub"), str(out)) is None
+    width, height, _ = _decode(out.read_bytes())
+    assert width == chart.LABEL_W + chart.PLOT_W + chart.RIGHT and height == chart.TOP + chart.ROW_H * 4 + 50
+    got = _colours(out.read_bytes())
+    # Planted: the jemalloc row hurts (red bar), the finding's text is orange.
+    assert chart.COLOURS["hurts"] in got and chart.COLOURS["finding"] in got
+    # Absent: no comparison helps, so no green bar.
+    assert chart.COLOURS["helps"] not in got
+    helps = chart_spec([comp("tcmalloc", [1.2, 1.25, 1.22, 1.21, 1.23])], "t")
+    assert chart.COLOURS["helps"] in _colours(chart.draw(helps))
+    assert chart.render_png(helps, str(tmp_path / "missing" / "out.png")).startswith("writing ")

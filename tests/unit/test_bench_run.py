@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from hostcheck.bench import proof
 from hostcheck.bench import run as R
 from hostcheck.bench.plan import Group, Plan, Variant
 from hostcheck.bench.stats import HELPS, HURTS
-from hostcheck.child.launch import MARKER, ProbeRun
+from hostcheck.child.launch import BOOTSTRAP, MARKER, ProbeRun, pythonpath_root
+from hostcheck.inside import proof
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JE = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -278,9 +278,12 @@ def test_a_small_shm_crash_is_a_finding_not_an_error(tmp_path):
     assert c.b.values == (200, 200, 200)
     argv = fake.calls[0][1]
     assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"] and "64M" in argv
-    assert argv[argv.index("64M") + 1 :][:4] == [
+    # The worker starts the one way code starts in the training Python (launch.inside_argv).
+    assert argv[argv.index("64M") + 1 :][:6] == [
         "/venv/bin/python",
-        "-m",
+        "-c",
+        BOOTSTRAP,
+        "/shim",
         "hostcheck.inside.bench_worker",
         "--serve",
     ]
@@ -362,10 +365,10 @@ def test_clean_env_removes_tuning_variables_and_reports_them():
 
 
 def test_pythonpath_shim_holds_only_hostcheck(tmp_path):
-    shim = R.pythonpath_root(str(tmp_path))
+    shim = pythonpath_root(str(tmp_path))
     assert os.listdir(shim) == ["hostcheck"]
     assert os.path.samefile(os.path.join(shim, "hostcheck"), os.path.join(ROOT, "hostcheck"))
-    assert R.pythonpath_root(str(tmp_path)) == shim  # idempotent
+    assert pythonpath_root(str(tmp_path)) == shim  # idempotent
 
 
 @pytest.mark.parametrize(
@@ -739,25 +742,21 @@ def test_worker_workloads_in_process_on_tiny_sizes(tmp_path):
     assert probe["torch"]["version"] and probe["tag"].startswith("cp3") and probe["threads"]["torch"] >= 1
 
 
-def test_the_workload_probe_runs_by_path_where_hostcheck_cannot_be_imported(tmp_path):
-    """inside/workload.py is started by path in the training Python, which may lack hostcheck: its shared
-    data and model (inside/fixtures.py, the bench worker's too) come from its own folder. Here every import
-    of hostcheck fails (a sitecustomize), PYTHONPATH holds nothing else and the child starts in /."""
+def test_the_workload_probe_runs_where_the_training_venv_lacks_hostcheck_or_has_another(tmp_path):
+    """hostcheck.inside.workload starts the one way (launch.inside_argv/inside_env) in the training Python, which
+    may lack hostcheck or hold another one: the PYTHONPATH folder with only our package comes first. Here the
+    environment's own PYTHONPATH holds a hostcheck that fails on import, and the child starts in /."""
     pytest.importorskip("torch")
     pytest.importorskip("PIL")
-    (tmp_path / "sitecustomize.py").write_text('import sys\nsys.modules["hostcheck"] = None\n')
+    from hostcheck.child.launch import inside_argv, inside_env
+
+    other = tmp_path / "hostcheck"
+    other.mkdir()
+    (other / "__init__.py").write_text('raise ImportError("the other hostcheck")\n')
     args = {"device": "cpu", "images": 8, "batch": 4, "crop": 32, "size": [96, 80], "workers": [0, 1]}
-    path = os.path.join(ROOT, "hostcheck", "inside", "workload.py")
-    env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    p = subprocess.run(
-        [sys.executable, path, "dataloader", "--json-args", json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd="/",
-        timeout=120,
-        check=False,
-    )
+    env = inside_env(dict(os.environ, PYTHONPATH=str(tmp_path)))
+    argv = inside_argv(sys.executable, "workload", "dataloader", "--json-args", json.dumps(args))
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/", timeout=120, check=False)
     assert p.returncode == 0, p.stderr[-2000:]
     rec = json.loads(next(x for x in p.stdout.splitlines() if x.startswith(MARKER))[len(MARKER) :])
     assert rec["ok"], rec
@@ -765,9 +764,13 @@ def test_the_workload_probe_runs_by_path_where_hostcheck_cannot_be_imported(tmp_
     assert {w: r.get("images") for w, r in data["results"].items()} == {"0": 8, "1": 8}, data
     assert data["recommended_workers"] >= 1 and data["shm_bytes"]
     blocked = subprocess.run(
-        [sys.executable, "-c", "import hostcheck"], capture_output=True, env=env, cwd="/", check=False
+        [sys.executable, "-c", "import hostcheck"],
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+        cwd="/",
+        check=False,
     )
-    assert blocked.returncode != 0  # the blocker did block
+    assert blocked.returncode != 0  # the other hostcheck does fail on import
 
 
 def test_the_bench_worker_reports_its_environment_through_the_environment_probe():

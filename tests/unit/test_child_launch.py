@@ -398,3 +398,21 @@ def test_kill_all_waits_for_a_child_whose_start_was_under_way(monkeypatch):
         for p in started:
             p.kill()
             p.wait()
+
+
+def test_the_private_pythonpath_folder_holds_only_hostcheck_and_goes_at_the_commands_end():
+    """inside_argv's default root: a private folder made once per process (only a link to our package), removed
+    by release_private_root (command.main's end), so a run leaves nothing in TMPDIR; the next child makes a new one."""
+    from hostcheck.child import launch as L
+
+    root = L.pythonpath_root()
+    assert os.listdir(root) == ["hostcheck"] and L.pythonpath_root() == root  # once per process
+    assert L.inside_argv("/py", "probe")[3] == root and L.inside_argv("/py", "probe", root="/r")[3] == "/r"
+    folder = os.path.dirname(root)
+    L.release_private_root()
+    assert not os.path.exists(folder)
+    L.release_private_root()  # nothing left: a no-op
+    again = L.pythonpath_root()
+    assert os.path.dirname(again) != folder and os.listdir(again) == ["hostcheck"]
+    L.release_private_root()
+    assert not os.path.exists(again)

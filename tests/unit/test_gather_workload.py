@@ -19,8 +19,8 @@ from hostcheck.gather import workload as api
 FAKE_PYTHON = """#!{exe}
 import json, os, sys, time
 M = {marker!r}
-probe = sys.argv[2]
-args = json.loads(sys.argv[4])
+probe = sys.argv[sys.argv.index("--json-args") - 1]
+args = json.loads(sys.argv[sys.argv.index("--json-args") + 1])
 scenario = os.environ.get("FAKE_SCENARIO", "ok")
 def emit(r):
     print(M + json.dumps(r), flush=True)
@@ -92,9 +92,13 @@ def test_every_workload_deadline_follows_the_options(fake_python, monkeypatch):
     opts = Options(workload_timeout_s=9, rdzv_timeout_s=33, nnodes="2", rdzv_endpoint="n1:29400", burn=5)
     api.gather_for(opts, fake_python, {})
     assert got["timeout"] == 9 and got["multinode"].timeout == 33 and got["burn"] == 5
-    # The whole run's ceiling: suite and its re-run, two DDP tries, the rendezvous, burn, and the slack.
-    assert api.gather_limit(opts) == 9 * 4 + 33 + (5 + 9) + api.GATHER_SLACK_S
-    assert api.gather_limit(Options(workload_timeout_s=9)) == 9 * 4 + api.GATHER_SLACK_S
+    # The whole run's ceiling: suite and its re-run, two DDP tries, two tries of the all_reduce through the NICs
+    # and the GPUDirect write runs (default sections), the rendezvous, burn, and the slack.
+    nics = 9 * 2 + api.GDR_LIMIT_S
+    assert api.gather_limit(opts) == 9 * 4 + nics + 33 + (5 + 9) + api.GATHER_SLACK_S
+    assert api.gather_limit(Options(workload_timeout_s=9)) == 9 * 4 + nics + api.GATHER_SLACK_S
+    without = Options(workload_timeout_s=9, workload_sections=("env", "ddp"))
+    assert api.gather_limit(without) == 9 * 4 + api.GATHER_SLACK_S
 
 
 def test_a_hang_mid_suite_becomes_errors_for_that_section_and_the_rest(fake_python, monkeypatch):
@@ -128,7 +132,7 @@ def test_a_workload_gatherer_that_died_makes_every_workload_check_an_error():
     from hostcheck.gather.base import TIMEOUT, Unavailable
 
     results = judge_workload(Unavailable(TIMEOUT, "gathering workload did not finish in 9 s"))
-    assert [r.id for r in results] == WORKLOAD_IDS and len(results) == 15
+    assert [r.id for r in results] == WORKLOAD_IDS and len(results) == 18
     assert {r.status for r in results} == {"error"}
     assert all("did not complete" in r.message and "9 s" in r.message for r in results)
 
@@ -141,7 +145,7 @@ def test_torchrun_argv_for_multinode():
     assert "--nnodes 2" in joined and "--nproc-per-node gpu" in joined
     assert "--rdzv-backend c10d --rdzv-endpoint node1:29400 --rdzv-id job7" in joined
     assert argv[-3:] == ["ddp_worker", "--json-args", '{"bw_iters": 5}']
-    assert argv[-4].endswith("inside/workload.py")
+    assert argv[-4] == "hostcheck.inside.workload" and "--no-python" in argv
 
 
 def test_multinode_tells_torchrun_this_nodes_address(monkeypatch):

@@ -289,6 +289,54 @@ def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
     return out
 
 
+@dataclass(frozen=True)
+class PeerCopyLine:
+    """workload.E016's line for one SKU: GB/s of a copy between two NVLink-connected GPUs, and the warn band."""
+
+    sku: str
+    gbs: float
+    warn_band: float
+    basis: str  # "public" (can fail) or "own" (warns only)
+    source: str
+
+
+def _peer_copy(path: Path, keys: set[str]) -> dict[str, PeerCopyLine]:
+    """The data file's GPU-to-GPU copy lines by SKU key; ValueError naming the row."""
+    try:
+        block = json.loads(path.read_text()).get("peer_copy") or {"rows": []}
+        _need(
+            isinstance(block, dict) and isinstance(block.get("rows"), list),
+            "peer_copy",
+            "an object with rows",
+        )
+        out: dict[str, PeerCopyLine] = {}
+        for i, row in enumerate(block["rows"]):
+            where = f"peer_copy.rows[{i}]"
+            _need(isinstance(row, dict), where, "a row is an object")
+            _need(row.get("sku") in keys, where, f"sku must be a key of skus, not {row.get('sku')!r}")
+            _need(_positive(row.get("gbs")), where, "gbs must be a positive number")
+            band = row.get("warn_band", 1.0)
+            _need(_positive(band) and band >= 1.0, where, "warn_band must be a number >= 1")
+            _need(row.get("basis") in ("public", "own"), where, "basis must be public or own")
+            _need(
+                _text(row.get("source")) and _text(row.get("why")),
+                where,
+                "source and why must say where and why",
+            )
+            _need(
+                row["basis"] != "public" or str(row["source"]).startswith("https://"),
+                where,
+                "a public line names its public source (https://...)",
+            )
+            _need(row["sku"] not in out, where, "duplicate SKU")
+            out[row["sku"]] = PeerCopyLine(
+                row["sku"], float(row["gbs"]), float(band), row["basis"], row["source"]
+            )
+    except (AttributeError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    return out
+
+
 #: SKU key -> its NVLink line (nvlink.E001, E002); only the rows the data file names.
 NVLINK = _nvlink(DATA_PATH, {s.key for _, s in SKUS})
 
@@ -297,6 +345,16 @@ def nvlink_line(name: str | None) -> NvLinkLine | None:
     """The NVLink line for a GPU named ``name``, or None (no row: never extrapolated)."""
     sku = lookup(name)
     return NVLINK.get(sku.key) if sku is not None else None
+
+
+#: SKU key -> the GPU-to-GPU copy line (workload.E016); only the rows the data file names.
+PEER_COPY = _peer_copy(DATA_PATH, {s.key for _, s in SKUS})
+
+
+def peer_copy_line(name: str | None) -> PeerCopyLine | None:
+    """The GPU-to-GPU copy line for GPUs named ``name``, or None (no row: never extrapolated)."""
+    sku = lookup(name)
+    return PEER_COPY.get(sku.key) if sku is not None else None
 
 
 def lookup(name: str | None) -> Sku | None:

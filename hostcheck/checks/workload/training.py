@@ -187,8 +187,15 @@ def _ddp_records(run: WorkloadRun) -> tuple[list[dict], list[str], bool]:
         else:
             recs.append(data)
         return recs, errors, hung
-    crashed = any(r.error and not r.timed_out for r in run.ddp)
-    for r in run.ddp:
+    return rank_records(run.ddp)
+
+
+def rank_records(runs: tuple) -> tuple[list[dict], list[str], bool]:
+    """(per-rank data, errors, any timed out) of ranks launched one process each (the DDP check, the all_reduce
+    through the NICs)."""
+    recs, errors, hung = [], [], False
+    crashed = any(r.error and not r.timed_out for r in runs)
+    for r in runs:
         hung = hung or (r.timed_out and not crashed)  # peers killed after a crash did not hang on their own
         d = next((x for x in reversed(r.records) if x.get("probe") == "ddp_worker" and x.get("ok")), None)
         if d is not None:
