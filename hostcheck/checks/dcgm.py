@@ -24,8 +24,8 @@ from hostcheck.gather.dcgm import (
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
 INSTALL_HINT = (
-    "install DCGM (NVIDIA's datacenter-gpu-manager package and its nvidia-dcgm service) with the roles' DCGM "
-    "option (docs/dcgm.md)"
+    "install DCGM (NVIDIA's datacenter-gpu-manager package and its nvidia-dcgm service): "
+    "gpunode_driver_dcgm_enabled: true (docs/dcgm.md)"
 )
 ENGINE_HINT = (
     "start DCGM's host engine ('systemctl enable --now nvidia-dcgm') and set its health watches on all GPUs "

@@ -197,7 +197,7 @@ def test_no_dcgmi_skips_every_check_naming_the_roles_option(monkeypatch):
     r = judge(d)
     for cid in IDS:
         assert r[cid].status is Status.SKIP and r[cid].message == "DCGM not installed (no dcgmi)"
-        assert "the roles' DCGM option (docs/dcgm.md)" in r[cid].hint
+        assert "gpunode_driver_dcgm_enabled: true (docs/dcgm.md)" in r[cid].hint
 
 
 def test_not_gathered_skips():
