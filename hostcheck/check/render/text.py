@@ -32,6 +32,8 @@ def render_text(report: Report, colour: bool = False, verbose: bool = False) -> 
     ]
     width_title = max((len(r.title) for r in report.results), default=10)
     width_title = min(width_title, 48)
+    # The longest id and one space more: baseline.E001 is a character longer than system.E001.
+    width_id = max((len(r.id) for r in report.results), default=11) + 1
     for cat in CATEGORIES:
         rs = [r for r in report.results if r.category == cat]
         if not rs:
@@ -41,11 +43,11 @@ def render_text(report: Report, colour: bool = False, verbose: bool = False) -> 
         for r in rs:
             status = c(_COLOURS[r.status], f"{r.status.value.upper():5}")
             title = r.title if len(r.title) <= width_title else r.title[: width_title - 1] + "~"
-            out.append(f"  {status} {r.id:12} {title:{width_title}}  {r.message}")
+            out.append(f"  {status} {r.id:{width_id}} {title:{width_title}}  {r.message}")
             if r.status.severity > 0 and r.hint:
-                out.append(f"  {'':5} {'':12} fix: {r.hint}")
+                out.append(f"  {'':5} {'':{width_id}} fix: {r.hint}")
             if verbose and r.details:
-                out.extend(f"  {'':5} {'':12}   {d}" for d in r.details)
+                out.extend(f"  {'':5} {'':{width_id}}   {d}" for d in r.details)
     vd = report.verdict
     counts = ", ".join(f"{n} {k}" for k, n in vd.counts.items() if n)
     state = c(_COLOURS[Status.PASS], "READY") if vd.ready else c(_COLOURS[Status.FAIL], "NOT READY")
@@ -63,7 +65,7 @@ def render_text(report: Report, colour: bool = False, verbose: bool = False) -> 
 
 
 def render_list(checks: list) -> str:
-    lines = [f"{'ID':12} {'CATEGORY':9} {'WEIGHT':>6}  TITLE"]
+    lines = [f"{'ID':14} {'CATEGORY':9} {'WEIGHT':>6}  TITLE"]
     for ch in checks:
-        lines.append(f"{ch.id:12} {ch.category:9} {ch.weight:>6g}  {ch.title}")
+        lines.append(f"{ch.id:14} {ch.category:9} {ch.weight:>6g}  {ch.title}")
     return "\n".join(lines) + "\n"
