@@ -94,11 +94,11 @@ def render_html(nodes: list[NodeSummary], generated: str, extra: str = "") -> st
 
 
 def _fabric(n: NodeSummary) -> list[dict[str, Any]]:
-    return [f for f in n.findings if str(f.get("id", "")).startswith("fabric.")]
+    return [f for f in n.findings if str(f.get("id", "")).startswith(("fabric.", "nvlink."))]
 
 
 def render_fabric_markdown(nodes: list[NodeSummary]) -> str:
-    """Every node's fabric faults (fabric.* findings, none left out: the table shows five per node)."""
+    """Every node's fabric faults (fabric.* and nvlink.* findings, none left out: the table shows five per node)."""
     rows = [
         f"| {md_cell(n.host)} | "
         + "<br>".join(
@@ -112,7 +112,7 @@ def render_fabric_markdown(nodes: list[NodeSummary]) -> str:
     if not rows:
         return ""
     return (
-        "\n## Fabric faults\n\n| node | RDMA ports, GPU-NIC paths, NCCL variables |\n|---|---|\n"
+        "\n## Fabric faults\n\n| node | NVLinks, RDMA ports, GPU-NIC paths, NCCL variables |\n|---|---|\n"
         + "\n".join(rows)
         + "\n"
     )
@@ -134,6 +134,6 @@ def render_fabric_html(nodes: list[NodeSummary]) -> str:
     if not rows:
         return ""
     return (
-        "<h2 id='fabric'>Fabric faults</h2><table><thead><tr><th>node</th><th>RDMA ports, GPU-NIC paths, NCCL "
-        f"variables</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<h2 id='fabric'>Fabric faults</h2><table><thead><tr><th>node</th><th>NVLinks, RDMA ports, GPU-NIC paths, "
+        f"NCCL variables</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )

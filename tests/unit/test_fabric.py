@@ -456,3 +456,15 @@ def test_a_slower_nic_of_another_model_is_no_peer(ib, tmp_path):
     results, _ = run(ib, tmp_path, 1000.0)
     assert not_ok(results) == set(), {i: results[i].message for i in not_ok(results)}
     assert "9 active port(s), all at the same rate as their peers" in results["fabric.E002"].message
+
+
+def test_the_fleet_pages_fabric_section_lists_nvlink_faults_too(tmp_path):
+    from hostcheck.fleet import render as fleet_render
+    from hostcheck.fleet import reports as fleet
+
+    doc = _report(T.build(tmp_path / "ok"), tmp_path / "ok").to_dict()
+    assert fleet_render.render_fabric_markdown([fleet.summarise("gpu-09", doc)]) == ""
+    (row,) = [c for c in doc["checks"] if c["id"] == "nvlink.E001"]
+    row.update(status="fail", message="GPU 3 (GPU-3): 1 of 18 NVLinks down (link 7)")
+    md = fleet_render.render_fabric_markdown([fleet.summarise("gpu-09", doc)])
+    assert "gpu-09" in md and "`nvlink.E001` fail: GPU 3 (GPU-3): 1 of 18 NVLinks down (link 7)" in md
