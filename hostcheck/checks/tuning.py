@@ -12,10 +12,6 @@ from hostcheck.gather.base import Unavailable
 from hostcheck.registry import Outcome, check, failed, passed, skipped, warned
 
 GiB = 1 << 30
-#: Below this DataLoader workers die with "bus error" (containers default to 64 MB). Not a row yet: it fails, and
-#: no public figure for it was found, so the loader would refuse it as a failing own line (the structure test's
-#: allow-list names it).
-SHM_MIN_BYTES = 1 * GiB
 TF = "gpunode_tuning"
 
 
@@ -90,7 +86,7 @@ def shm(s: Any) -> Outcome:
     hint = fixes.SHM.format(size=_size_arg(target))
     if container:
         hint += f"; in a container: --shm-size={_size_arg(target).lower()} or --ipc=host"
-    if size < SHM_MIN_BYTES:
+    if size <= th.shm_floor_bytes:
         return failed(
             f"/dev/shm is only {_human(size)}: DataLoader workers will die with 'bus error'",
             expected=target,

@@ -199,10 +199,18 @@ def test_tiny_shm_fails_and_names_role_variable():
     assert "gpunode_tuning_shm_size: 64G" in r.hint and "--tags shm" in r.hint
 
 
-def test_tiny_shm_without_facts_fails_below_1g():
+def test_tiny_shm_without_facts_fails_at_dockers_default():
     facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
     results, _ = judge(S.make_snapshot(tuning=S.h100_tuning(shm_bytes=64 << 20), facts=facts))
     assert results["tuning.E001"].status == Status.FAIL
+
+
+@pytest.mark.parametrize("size", [(64 << 20) + 4096, 512 << 20, 1 << 30])
+def test_shm_above_dockers_default_but_under_the_target_only_warns(size):
+    # No public figure says 512 MiB is too small for a node: below the default target it warns, never fails.
+    facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
+    results, _ = judge(S.make_snapshot(tuning=S.h100_tuning(shm_bytes=size), facts=facts))
+    assert results["tuning.E001"].status == Status.WARN
 
 
 def test_no_allocator_without_facts_is_the_measured_default():

@@ -484,8 +484,6 @@ NOT_THRESHOLDS = {
         "threads",
         2,
     ): "half of the per-rank thread budget warns: a warn-only share of a count, candidate for a row",
-    ("hostcheck.checks.tuning", "SHM_MIN_BYTES", None): "fails below 1 GiB with no public figure found: the "
-    "loader would refuse it as a row (own and fail), so it stays named here until a source is found",
     (
         "hostcheck.checks.workload.grading",
         "PCIE_GBS_PER_LANE",
