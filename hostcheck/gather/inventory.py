@@ -22,6 +22,7 @@ from typing import Any
 
 from hostcheck.gather.base import NO_PERMISSION, NOT_FOUND, Unavailable, read_text
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind, under
+from hostcheck.gather.rdma import read_devices
 
 #: Entries read at most per folder: a node has tens of devices, not thousands.
 MAX_ENTRIES = 4096
@@ -205,12 +206,6 @@ def read_nvme(root: str) -> tuple[NvmeDrive, ...] | Unavailable:
     return tuple(out)
 
 
-def parse_ib_rate(text: str) -> float | None:
-    """``400 Gb/sec (4X NDR)`` -> 400.0."""
-    m = re.match(r"\s*(\d{1,6}(?:\.\d{1,3})?) Gb/sec", text)
-    return float(m.group(1)) if m else None
-
-
 def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
     """Physical network ports (those with a ``device``: not lo, bridges, bonds or veths) and their speed in Mb/s.
     IPoIB interfaces are left out: their port is counted under RDMA. (The fabric gatherer reads more of each
@@ -233,23 +228,16 @@ def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
 
 def read_rdma(root: str) -> tuple[Port, ...] | Unavailable:
     """Every RDMA port (``<device>:<port>``) and its rate in Gb/s (None unless ACTIVE), as NHC's check_hw_ib reads
-    them. (The fabric gatherer reads more of each port; this small reader can move there.)"""
-    base = under(root, "sys/class/infiniband")
-    devices = _listdir(base)
+    them, through the fabric gatherer's reader of /sys/class/infiniband."""
+    devices = read_devices(root)
     if isinstance(devices, Unavailable):
         return () if devices.kind == NOT_FOUND else devices  # no RDMA driver: no ports
-    out = []
-    for dev in devices:
-        ports = _listdir(os.path.join(base, dev, "ports"))
-        for port in ports if isinstance(ports, list) else []:
-            if port.isdigit():
-                d = os.path.join(base, dev, "ports", port)
-                rate = _text(os.path.join(d, "rate"))
-                # A port that is not ACTIVE ("1: DOWN", "2: INIT") carries no traffic whatever its rate says.
-                state = _text(os.path.join(d, "state"))
-                up = state is None or state.endswith("ACTIVE")
-                out.append(Port(f"{dev}:{port}", parse_ib_rate(rate) if rate and up else None))
-    return tuple(out)
+    # A port that is not ACTIVE ("1: DOWN", "2: INIT") carries no traffic whatever its rate says.
+    return tuple(
+        Port(f"{d.name}:{p.port}", p.rate_gbps if p.state in ("", "ACTIVE") else None)
+        for d in devices
+        for p in d.ports
+    )
 
 
 # --- PCIe links and GPUs ----------------------------------------------------------------------------------

@@ -31,11 +31,11 @@ from hostcheck.gather.inventory import (
     CpuInfo,
     gather_inventory,
     parse_cpuinfo,
-    parse_ib_rate,
     parse_link_speed,
     parse_meminfo,
 )
 from hostcheck.gather.nvml import gather_nvml
+from hostcheck.gather.rdma import parse_rate
 from hostcheck.registry import Status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,8 +95,8 @@ def test_cpuinfo_is_counted_as_nhc_counts_it():
 
 
 def test_rates_speeds_and_memory_parse_from_the_kernels_words():
-    assert parse_ib_rate("400 Gb/sec (4X NDR)") == 400.0 and parse_ib_rate("2.5 Gb/sec (1X SDR)") == 2.5
-    assert parse_ib_rate("Unknown") is None
+    assert parse_rate("400 Gb/sec (4X NDR)") == 400.0 and parse_rate("2.5 Gb/sec (1X SDR)") == 2.5
+    assert parse_rate("Unknown") is None
     assert parse_link_speed("32.0 GT/s PCIe") == 32.0 and parse_link_speed("8 GT/s") == 8.0
     assert parse_link_speed("Unknown") is None and parse_link_speed(None) is None
     assert parse_meminfo("MemTotal:       2113311792 kB\n") == 2113311792 * 1024
