@@ -68,7 +68,7 @@ def _gpu_names(s: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for g in getattr(getattr(s, "nvml", None), "gpus", None) or ():
         bus = g.pci_bus_id if isinstance(g.pci_bus_id, str) else ""
-        dom, _, rest = bus.lower().partition(":")
+        dom, _colon, rest = bus.lower().partition(":")
         if rest and dom and len(dom) <= 8 and all(c in "0123456789abcdef" for c in dom):
             out[f"{int(dom, 16):04x}:{rest}"] = f"GPU {g.index}"
     return out
@@ -392,7 +392,7 @@ def nccl_devices(s: Any) -> Outcome:
     if ifname is not None and isinstance(r.netifs, dict):
         seen.append(f"NCCL_SOCKET_IFNAME={ifname}")
         exclude, exact, entries = nccl_list(ifname)
-        for name, _ in [] if exclude else entries:
+        for name, _port in [] if exclude else entries:
             hits = {n: st for n, st in r.netifs.items() if (n == name if exact else n.startswith(name))}
             if not hits:
                 fails.append(f"NCCL_SOCKET_IFNAME names {name}, which matches no network interface")

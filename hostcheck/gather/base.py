@@ -111,7 +111,7 @@ def _read_bounded(p: subprocess.Popen, timeout: float, limit: int) -> tuple[byte
             left = end - time.monotonic()
             if left <= 0:
                 raise subprocess.TimeoutExpired(p.args, timeout)
-            for key, _ in sel.select(left):
+            for key, _events in sel.select(left):
                 data = os.read(key.fd, 1 << 16)
                 if not data:
                     sel.unregister(key.fd)

@@ -170,7 +170,7 @@ def load_json(text: str) -> dict | str:
     if not _depth_ok(body):
         return f"dcgmi's JSON nests deeper than {MAX_DEPTH} levels: not DCGM's"
     try:
-        doc, _ = json.JSONDecoder().raw_decode(body)
+        doc, _end = json.JSONDecoder().raw_decode(body)
     except (ValueError, RecursionError) as exc:
         return f"dcgmi's JSON could not be read: {str(exc)[:200]}"
     return doc if isinstance(doc, dict) else "dcgmi's JSON is not an object"
@@ -296,7 +296,7 @@ def parse_health(text: str) -> HealthReport | Unavailable:
     body = doc.get("body")
     if not isinstance(body, dict) or "Overall Health" not in body:
         return Unavailable(ERROR, "dcgmi's health JSON has no 'Overall Health'")
-    overall = _text(_value(body.get("Overall Health")).split(" ")[0]) or "unknown"
+    overall = _text(_value(body.get("Overall Health")).split(" ", maxsplit=1)[0]) or "unknown"
     incidents = []
     for group, gnode in body.items():
         if group == "Overall Health":

@@ -44,7 +44,7 @@ class NvLink:
 
     def counters(self) -> dict[str, int]:
         """The error counters NVML answered, by name."""
-        return {k: v for k, _ in NVLINK_COUNTERS if isinstance(v := getattr(self, k), int)}
+        return {k: v for k, _nvml_id in NVLINK_COUNTERS if isinstance(v := getattr(self, k), int)}
 
 
 @dataclass(frozen=True)

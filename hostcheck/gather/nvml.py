@@ -316,9 +316,9 @@ def _nvlinks(nvml: Any, h: Any) -> tuple[Val, Val]:
                 return 0, state  # the count has always read 0 here; the links say why they are unknown
             break
         states.append((link, int(state) == 1))
-    speeds = _nvlink_speeds(nvml, h, [link for link, _ in states])
+    speeds = _nvlink_speeds(nvml, h, [link for link, _up in states])
     links = tuple(_nvlink(nvml, h, link, up, speeds[link]) for link, up in states)
-    return sum(up for _, up in states), links
+    return sum(up for _link, up in states), links
 
 
 def nvlink_key(uuid: str, link: int, counter: str) -> str:

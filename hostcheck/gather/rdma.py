@@ -202,7 +202,7 @@ def nccl_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
     v = v[1:] if exact else v
     out: list[tuple[str, int | None]] = []
     for item in v.split(",")[:64]:
-        name, _, port = item.strip().partition(":")
+        name, _colon, port = item.strip().partition(":")
         if name:
             out.append((name[:64], int(port) if port.isdigit() and len(port) < 4 else None))
     return exclude, exact, out

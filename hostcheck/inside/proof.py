@@ -1,9 +1,10 @@
 """Did a run get the setting it was meant to measure? Pure checks of what the child reported.
 
-Used twice: by the worker (fail fast, before it spends a measurement on the wrong setting) and by the
-orchestrator on every record (hostcheck.bench.run). It runs in the training Python, so it lives in hostcheck.inside;
-pure and standard library only, it is the one module of hostcheck.inside the orchestrator imports. An LD_PRELOAD path that does not load only prints a warning, and a PYTHONPATH
-overlay can lose to an installed PIL; without these checks a run would silently measure the baseline twice.
+Used twice: by the worker (fail fast, before it spends a measurement on the wrong setting) and by the orchestrator
+on every record (hostcheck.bench.run). It runs in the training Python, so it lives in hostcheck.inside; pure and
+standard library only, it is the one module of hostcheck.inside the orchestrator imports. An LD_PRELOAD path that
+does not load only prints a warning, and a PYTHONPATH overlay can lose to an installed PIL; without these checks a
+run would silently measure the baseline twice.
 """
 
 from __future__ import annotations

@@ -219,7 +219,10 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
         st, note = J.on_plateau(st, "pinned_bytes", m.get("bytes"), th)
         statuses.append(st)
         if ach and theo:
-            expected = f">= {th.achievable_pass_fraction * ach:.1f} ({th.achievable_pass_fraction:.0%} of {ach:.1f} = {th.pinned_copy_efficiency:g} x {theo:.1f} theoretical)"
+            expected = (
+                f">= {th.achievable_pass_fraction * ach:.1f} ({th.achievable_pass_fraction:.0%} of {ach:.1f} = "
+                f"{th.pinned_copy_efficiency:g} x {theo:.1f} theoretical)"
+            )
             details.append(
                 f"GPU {row.get('index')}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
                 + note
