@@ -480,19 +480,12 @@ NOT_THRESHOLDS = {
     ("hostcheck.checks.system", "python_version", 9): "Python 3.9, requires-python: a version, not a line",
     ("hostcheck.checks.tuning", "_human", 1024): "the step between KiB, MiB and GiB: a unit",
     (
-        "hostcheck.checks.tuning",
-        "threads",
-        2,
-    ): "half of the per-rank thread budget warns: a warn-only share of a count, candidate for a row",
-    (
         "hostcheck.checks.workload.grading",
         "PCIE_GBS_PER_LANE",
         None,
     ): "the PCIe specifications' transfer rates",
     ("hostcheck.checks.workload.grading", "busbw_status", 2): "a collective needs two GPUs: a count",
     ("hostcheck.checks.workload.grading", "loss_numerics", 2): "a trend needs two losses: a count",
-    ("hostcheck.checks.workload.grading", "scaler_status", 2): "more than half of the steps skipped warns: a "
-    "majority, candidate for a row",
     ("hostcheck.checks.fabric", "_gpu_names", 8): "a PCI domain is at most 8 hex digits: a format",
     (
         "hostcheck.checks.nvlink",

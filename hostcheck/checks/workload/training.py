@@ -13,8 +13,8 @@ from hostcheck.gather.workload import WorkloadRun, started, suite_run_for, suite
 from hostcheck.registry import Outcome, Status, worst
 
 
-@workload_check("workload.E009", "AMP training step numerics", 2.0, "amp")
-def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
+@workload_check("workload.E009", "AMP training step numerics", 2.0, "amp", reads_config=True)
+def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
     data, err = suite_section(run, "amp")
     if data is None:
         return _f(Status.ERROR, f"AMP step not run: {err}")
@@ -27,7 +27,7 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
                 continue
             st, why = J.loss_numerics(r.get("losses") or [])
             if mode == "fp16":
-                sst = J.scaler_status(int(r.get("skipped") or 0), int(r.get("steps") or 0))
+                sst = J.scaler_status(int(r.get("skipped") or 0), int(r.get("steps") or 0), J.lines(config))
                 if sst != Status.PASS:
                     why += f"; GradScaler skipped {r.get('skipped')} of {r.get('steps')} steps"
                     st = worst([st, sst])
