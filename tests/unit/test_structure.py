@@ -665,3 +665,66 @@ def test_a_second_section_list_is_refused():
         "hostcheck.cli:1: a second section list ('env', 'matmul', 'ddp') (use hostcheck.gather.workload's)"
     ]
     assert section_lists(SECTION_HOME, planted, sections) == []
+
+
+# --- the checks judge typed facts, never the workload's raw records ---------------------------------------------
+#: The modules that read the suite's raw records: the gatherer (it plans its launches from the suite's progress)
+#: and hostcheck.gather.suite, which reads them once into the typed facts the checks and the report use.
+RAW_READERS = ("hostcheck.gather.workload", "hostcheck.gather.suite")
+#: What reads a raw record: these readers' functions, and any ``.records`` (a ProbeRun's parsed JSON lines).
+RAW_NAMES = frozenset({"section", "suite_section", "suite_run_for", "started"})
+#: Checks that still read raw records, each with what it reads (the per-GPU matmul, bandwidth and burn-in checks
+#: are moved; these are not yet). A module that no longer reads any must leave this list.
+RAW_NOT_YET = {
+    "hostcheck.checks.workload.training": "the AMP, DataLoader, DDP and multi-node sections and rank records",
+    "hostcheck.checks.workload.paths": "the p2p section and the NIC loopback rank records",
+}
+
+
+def raw_record_reads(source: str) -> list[str]:
+    """Each raw read in ``source``: an import of a raw reader (RAW_NAMES from RAW_READERS), a call of one through
+    its module, or an access to ``.records``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module in RAW_READERS:
+            found += [f"{node.lineno}: imports {a.name}" for a in node.names if a.name in RAW_NAMES]
+        elif isinstance(node, ast.Attribute) and node.attr == "records":
+            found.append(f"{node.lineno}: .records")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in RAW_NAMES
+        ):
+            found.append(f"{node.lineno}: calls {node.func.attr}")
+    return sorted(found, key=lambda f: int(f.split(":")[0]))
+
+
+def test_the_checks_and_the_report_read_no_raw_workload_record():
+    judged = {
+        n: p for n, p in modules().items() if n.startswith("hostcheck.checks") or n == "hostcheck.report"
+    }
+    reads = {n: raw_record_reads(p.read_text()) for n, p in judged.items()}
+    offenders = {n: r for n, r in reads.items() if r and n not in RAW_NOT_YET}
+    assert offenders == {}, (
+        "judge the typed facts of hostcheck.gather.suite (WorkloadRun.matmul, .devices...)"
+    )
+    assert [n for n in RAW_NOT_YET if not reads.get(n)] == [], "moved: remove it from RAW_NOT_YET"
+    assert reads["hostcheck.checks.workload.compute"] == []
+
+
+def test_a_planted_raw_record_read_is_caught():
+    planted = (
+        "from hostcheck.gather.workload import WorkloadRun, suite_section\n"
+        "from hostcheck.gather import suite as api\n"
+        "def burn(run):\n"
+        "    rec = run.burn.records[-1]\n"
+        "    data, err = api.section(run.suite, 'matmul')\n"
+        "    return rec, data\n"
+    )
+    assert raw_record_reads(planted) == ["1: imports suite_section", "4: .records", "5: calls section"]
+    clean = (
+        "from hostcheck.gather.workload import WorkloadRun\n"
+        "def burn(run, section):\n"
+        "    return run.burn_result, run.matmul.rows, section\n"
+    )
+    assert raw_record_reads(clean) == []

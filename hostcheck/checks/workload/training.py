@@ -369,23 +369,18 @@ def burn(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outc
     if not run.burn_requested:
         return _f(Status.SKIP, "not requested (--burn SECONDS)")
     b = run.burn
-    rec = (
-        next((x for x in reversed(b.records) if x.get("probe") == "burn" and x.get("ok")), None)
-        if b
-        else None
-    )
-    if rec is None:
+    result = run.burn_result
+    if result is None:
         why = b.error if b else "not run"
         return _f(Status.FAIL if b and b.timed_out else Status.ERROR, f"burn did not finish: {why}")
     statuses, details = [], []
-    for g in (rec.get("data") or {}).get("gpus") or []:
-        first, last, lo = num(g.get("tflops_first")), num(g.get("tflops_last")), num(g.get("tflops_min"))
-        med = num(g.get("tflops_median"))
+    for g in result.rows:
+        first, last, lo, med = g.first, g.last, g.lowest, g.median
         st = Status.PASS
         notes = []
-        if g.get("mismatches") or not g.get("finite", True):
+        if g.mismatches or not g.finite:
             st = Status.FAIL
-            notes.append(f"{g.get('mismatches')} result mismatch(es): the same product changed")
+            notes.append(f"{g.mismatches} result mismatch(es): the same product changed")
         if med and lo is not None and lo < dip * med and st == Status.PASS:
             st = Status.WARN
             notes.append(f"throughput dipped below {dip:.0%} of its median (throttling?)")
@@ -396,14 +391,14 @@ def burn(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outc
         med_s = f"{med:.0f}" if med is not None else "?"
         lo_s = f"{lo:.0f}" if lo is not None else "?"
         details.append(
-            f"{g.get('device')}: median {med_s} TFLOP/s, min {lo_s}, {g.get('windows')} windows; "
+            f"{g.device}: median {med_s} TFLOP/s, min {lo_s}, {g.windows} windows; "
             + ("; ".join(notes) or "stable")
         )
     status = verdict_or_skip(statuses)
-    secs = (rec.get("data") or {}).get("seconds")
+    secs = f"{result.seconds:g}" if result.seconds is not None else "?"
     return _f(
         status,
-        f"{secs:g} s of matmul stress: " + ("stable" if status == Status.PASS else "; ".join(details))[:400],
+        f"{secs} s of matmul stress: " + ("stable" if status == Status.PASS else "; ".join(details))[:400],
         details=tuple(details),
         hint="look at nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER during a burn; a result mismatch needs the "
         "GPU replaced or RMA'd"

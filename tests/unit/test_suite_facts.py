@@ -1,0 +1,117 @@
+"""The workload's typed per-GPU facts (hostcheck.gather.suite): read once from the suite's raw records, and what
+the checks judge and the report publishes alike. Hostile figures become "not measured", never a value."""
+
+from __future__ import annotations
+
+import pytest
+from workload_runs import by_id, gpu, judge_workload
+
+from hostcheck.child.launch import ProbeRun
+from hostcheck.gather import suite
+from hostcheck.gather.workload import WorkloadRun
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def suite_run(**sections) -> ProbeRun:
+    recs = []
+    for name, data in sections.items():
+        recs += [{"probe": name, "event": "start"}, {"probe": name, "ok": True, "data": data}]
+    return ProbeRun(name="suite", records=tuple(recs))
+
+
+ENV = {"cuda_available": True, "gpus": [{"index": 0, "pci_bus_id": "0000:18:00.0"}, {"index": 1}]}
+HOSTILE = (float("nan"), "fast", True, 10**400, {"x": [1]}, None)
+
+
+def run_with(bf16_of_gpu1, copy_of_gpu1, **more) -> WorkloadRun:
+    matmul = {
+        "gpus": [
+            {"index": 0, "name": H100, "dtypes": {"bf16": {"tflops": 700, "n": 8192}}},
+            {"index": 1, "name": H100, "dtypes": {"bf16": {"tflops": bf16_of_gpu1, "n": 8192}}},
+            "not a row",
+        ]
+    }
+    bandwidth = {
+        "gpus": [
+            {"index": 0, "name": H100, "device_copy": {"gbs": 2900.0, "bytes": 1 << 30}},
+            {"index": 1, "name": H100, "device_copy": {"gbs": copy_of_gpu1, "bytes": 1 << 30}},
+        ]
+    }
+    return WorkloadRun(suite=suite_run(env=ENV, matmul=matmul, bandwidth=bandwidth), **more)
+
+
+@pytest.mark.parametrize("bad", HOSTILE, ids=repr)
+def test_a_hostile_figure_is_not_measured_for_the_checks_and_the_report_alike(bad):
+    run = run_with(bad, bad)
+    (row0, row1) = run.matmul.rows  # the row that is no object is left out
+    assert row0.figure("bf16") == suite.Measured(value=700.0, size=8192)
+    assert row1.figure("bf16").value is None and run.bandwidth.rows[1].figure("device_copy").value is None
+    figures = {d.index: d for d in run.devices}
+    assert "bf16" not in figures.get(1, suite.DeviceFigures(1)).matmul_flops_per_second
+    assert figures[0].matmul_flops_per_second == {"bf16": 700e12} and figures[0].pci_bus_id == "0000:18:00.0"
+    r = by_id(judge_workload(run, [gpu(0, name=H100), gpu(1, name=H100)]))
+    assert r["workload.E001"].value == 700.0 and "1 measured" in r["workload.E001"].message
+    assert r["workload.E008"].value == 2900.0
+
+
+def test_a_measured_figure_is_the_same_number_in_the_check_and_the_report():
+    # Absent: GPU 1's figures are numbers, so both judge and publish them (in the record's unit, in base units).
+    run = run_with(350, 1000.0)
+    assert run.matmul.rows[1].figure("bf16") == suite.Measured(value=350.0, size=8192)
+    figures = {d.index: d for d in run.devices}
+    assert figures[1].matmul_flops_per_second["bf16"] == 350e12
+    assert figures[1].copy_bytes_per_second["device_copy"] == 1000e9
+    r = by_id(judge_workload(run, [gpu(0, name=H100), gpu(1, name=H100)]))
+    assert r["workload.E001"].value == 350.0 and r["workload.E001"].status == "fail"
+    assert r["workload.E008"].value == 1000.0 and r["workload.E008"].status == "fail"
+
+
+def test_a_figure_keeps_its_error_text_and_finiteness():
+    matmul = {
+        "gpus": [
+            {"index": 0, "dtypes": {"bf16": {"error": "CUDA OOM"}, "fp16": {"tflops": 1, "finite": False}}}
+        ]
+    }
+    row = WorkloadRun(suite=suite_run(env=ENV, matmul=matmul)).matmul.rows[0]
+    assert row.figure("bf16") == suite.Measured(error="CUDA OOM")
+    assert row.figure("fp16") == suite.Measured(value=1.0, finite=False)
+    assert row.figure("tf32") is suite.NO_MEASURE
+
+
+def test_each_fact_is_read_once_from_the_records(monkeypatch):
+    reads: list[str] = []
+    real = suite.suite_section
+    monkeypatch.setattr(suite, "suite_section", lambda run, name: reads.append(name) or real(run, name))
+    run = run_with(350, 1000.0)
+    judge_workload(run, [gpu(0, name=H100), gpu(1, name=H100)])
+    assert run.devices and run.matmul is run.matmul
+    assert sorted(reads) == ["bandwidth", "env", "matmul"]
+
+
+def burn_run(**row) -> WorkloadRun:
+    base = {
+        "device": "cuda:0",
+        "tflops_first": 700,
+        "tflops_last": 690,
+        "tflops_min": 680,
+        "tflops_median": 695,
+    }
+    recs = ({"probe": "burn", "ok": True, "data": {"seconds": 60, "gpus": [dict(base, windows=60, **row)]}},)
+    return WorkloadRun(suite=suite_run(env=ENV), burn=ProbeRun(name="burn", records=recs), burn_requested=60)
+
+
+@pytest.mark.parametrize("garbage", ["2", [1], {"n": 1}])
+def test_a_burn_mismatch_count_that_is_no_number_fails_it(garbage):
+    run = burn_run(mismatches=garbage)
+    assert run.burn_result.rows[0].finite is False
+    assert by_id(judge_workload(run))["workload.E015"].status == "fail"
+
+
+def test_a_clean_burn_count_passes():
+    run = burn_run(mismatches=0, finite=True)
+    assert run.burn_result.rows[0] == suite.BurnRow(
+        device="cuda:0", first=700.0, last=690.0, lowest=680.0, median=695.0, mismatches=0, windows=60
+    )
+    result = by_id(judge_workload(run))["workload.E015"]
+    assert result.status == "pass" and result.message.startswith("60 s of matmul stress")
