@@ -168,7 +168,8 @@ def _float(v: Any) -> float | None:
 
 
 def _count(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """A whole number a float can hold (an index, a size), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and finite_number(v) is not None else None
 
 
 def _device_index(row: Any) -> int | None:
@@ -290,3 +291,102 @@ def device_figures(run: Any) -> tuple[DeviceFigures, ...]:
         )
         for i, p in parts.items()
     )
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One DDP rank's finished record (the DDP check, the all_reduce through the NICs, multi-node), read once."""
+
+    rank: int | None = None
+    world: int | None = None
+    backend: str | None = None
+    allreduce_ok: bool = False
+    ddp_ok: bool = False
+    #: Shown as recorded (a NaN loss stays NaN: it is what went wrong); None when no number.
+    allreduce_value: float | None = None
+    ddp_loss: float | None = None
+    ddp_param_maxdiff: float | None = None
+    init_s: float | None = None
+    busbw_gbs: float | None = None
+    algbw_gbs: float | None = None
+    bw_bytes: int | None = None
+    #: Why the bandwidth was not measured, as the rank said.
+    bw_skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class RankResults:
+    """Every rank's result of one launch, the launch's errors, and whether one hung (rather than crashed)."""
+
+    ranks: tuple[RankResult, ...] = ()
+    errors: tuple[str, ...] = ()
+    hung: bool = False
+
+
+def _shown(v: Any) -> float | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def rank_result(data: Any) -> RankResult:
+    d = data if isinstance(data, dict) else {}
+    world = finite_number(d.get("world"), bools=False)
+    backend, skipped = d.get("backend"), d.get("bw_skipped")
+    return RankResult(
+        rank=_count(d.get("rank")),
+        world=int(world) if world is not None else None,
+        backend=backend if isinstance(backend, str) else None,
+        allreduce_ok=bool(d.get("allreduce_ok")),
+        ddp_ok=bool(d.get("ddp_ok")),
+        allreduce_value=_shown(d.get("allreduce_value")),
+        ddp_loss=_shown(d.get("ddp_loss")),
+        ddp_param_maxdiff=_shown(d.get("ddp_param_maxdiff")),
+        init_s=_shown(d.get("init_s")),
+        busbw_gbs=_float(d.get("busbw_gbs")),
+        algbw_gbs=_float(d.get("algbw_gbs")),
+        bw_bytes=_count(d.get("bw_bytes")),
+        bw_skipped=str(skipped) if skipped else None,
+    )
+
+
+def rank_results(runs: tuple) -> RankResults:
+    """The results of ranks launched one process each (the DDP check, the all_reduce through the NICs)."""
+    ranks, errors, hung = [], [], False
+    crashed = any(r.error and not r.timed_out for r in runs)
+    for r in runs:
+        hung = hung or (r.timed_out and not crashed)  # peers killed after a crash did not hang on their own
+        d = next((x for x in reversed(r.records) if x.get("probe") == "ddp_worker" and x.get("ok")), None)
+        if d is not None:
+            ranks.append(rank_result(d.get("data")))
+        if r.error:
+            errors.append(f"{r.name}: {r.error}")
+    return RankResults(tuple(ranks), tuple(errors), hung)
+
+
+def ddp_results(run: Any) -> RankResults:
+    """The DDP check's ranks, from wherever it ran: in the suite's process, or launched one process per rank."""
+    if run.ddp_mode != "in-suite":
+        return rank_results(run.ddp)
+    data, err = suite_section(run, "ddp")
+    if data is None:
+        where = suite_run_for(run, "ddp")
+        hung = bool(where and where.timed_out and started(where, "ddp"))
+        return RankResults(errors=(err or "no result",), hung=hung)
+    return RankResults(ranks=(rank_result(data),))
+
+
+def multinode_results(runs: tuple) -> RankResults:
+    """torchrun's local ranks: every finished rank, and why any failed (a rank's own error says why; torchrun's
+    only that it failed). ``hung``: torchrun was cut at its deadline."""
+    ranks, errors = [], []
+    for r in runs:
+        ranks += [
+            rank_result(x.get("data")) for x in r.records if x.get("probe") == "ddp_worker" and x.get("ok")
+        ]
+        errors += [
+            f"rank error: {x.get('error')}"
+            for x in r.records
+            if x.get("probe") == "ddp_worker" and x.get("ok") is False
+        ]
+        if r.error:
+            errors.append(r.error)
+    return RankResults(tuple(ranks), tuple(errors), any(r.timed_out for r in runs))

@@ -33,10 +33,14 @@ from hostcheck.gather.suite import (
     BurnResult,
     DeviceFigures,
     DeviceSection,
+    RankResults,
     SuiteEnv,
     burn_result,
+    ddp_results,
     device_figures,
     device_section,
+    multinode_results,
+    rank_results,
     started,
     suite_env,
     suite_run_for,
@@ -130,6 +134,18 @@ class WorkloadRun:
     @cached_property
     def burn_result(self) -> BurnResult | None:
         return burn_result(self)
+
+    @cached_property
+    def ddp_results(self) -> RankResults:
+        return ddp_results(self)
+
+    @cached_property
+    def nic_loopback_results(self) -> RankResults:
+        return rank_results(self.nic_loopback)
+
+    @cached_property
+    def multinode_results(self) -> RankResults:
+        return multinode_results(self.multinode)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -41,7 +41,7 @@ def run_with(bf16_of_gpu1, copy_of_gpu1, **more) -> WorkloadRun:
     return WorkloadRun(suite=suite_run(env=ENV, matmul=matmul, bandwidth=bandwidth), **more)
 
 
-@pytest.mark.parametrize("bad", HOSTILE, ids=repr)
+@pytest.mark.parametrize("bad", HOSTILE, ids=lambda v: type(v).__name__)
 def test_a_hostile_figure_is_not_measured_for_the_checks_and_the_report_alike(bad):
     run = run_with(bad, bad)
     (row0, row1) = run.matmul.rows  # the row that is no object is left out
@@ -115,3 +115,45 @@ def test_a_clean_burn_count_passes():
     )
     result = by_id(judge_workload(run))["workload.E015"]
     assert result.status == "pass" and result.message.startswith("60 s of matmul stress")
+
+
+def ddp_rank(index: int, **data) -> ProbeRun:
+    rec = {"probe": "ddp_worker", "ok": True, "data": {"rank": index, "world": 2, "backend": "nccl", **data}}
+    return ProbeRun(name=f"ddp{index}", records=(rec,))
+
+
+def test_a_rank_result_is_read_once_and_a_diverged_loss_is_shown_as_it_was():
+    ok = {"allreduce_ok": True, "ddp_ok": True, "ddp_loss": 0.5, "busbw_gbs": 300.0, "bw_bytes": 1 << 30}
+    run = WorkloadRun(suite=suite_run(env=ENV), ddp_mode="nccl", ddp=(ddp_rank(0, **ok), ddp_rank(1, **ok)))
+    assert run.ddp_results.ranks[0] == suite.RankResult(
+        rank=0,
+        world=2,
+        backend="nccl",
+        allreduce_ok=True,
+        ddp_ok=True,
+        ddp_loss=0.5,
+        busbw_gbs=300.0,
+        bw_bytes=1 << 30,
+    )
+    assert by_id(judge_workload(run))["workload.E012"].status == "pass"
+    # Planted: rank 1's step diverged (NaN loss, ddp_ok false): it fails, and its detail shows the NaN.
+    bad = dict(ok, ddp_ok=False, ddp_loss=float("nan"))
+    run = WorkloadRun(suite=suite_run(env=ENV), ddp_mode="nccl", ddp=(ddp_rank(0, **ok), ddp_rank(1, **bad)))
+    r = by_id(judge_workload(run))["workload.E012"]
+    assert r.status == "fail" and "DDP step loss nan" in r.details[1]
+
+
+@pytest.mark.parametrize("bad", HOSTILE, ids=lambda v: type(v).__name__)
+def test_hostile_rank_figures_are_not_measured(bad):
+    data = {
+        "allreduce_ok": True,
+        "ddp_ok": True,
+        "world": bad,
+        "busbw_gbs": bad,
+        "bw_bytes": bad,
+        "rank": bad,
+    }
+    run = WorkloadRun(suite=suite_run(env=ENV), ddp_mode="nccl", ddp=(ddp_rank(0, **data),))
+    got = run.ddp_results.ranks[0]
+    assert (got.world, got.busbw_gbs, got.bw_bytes, got.rank) == (None, None, None, None)
+    assert by_id(judge_workload(run))["workload.E013"].status in ("skip", "error")

@@ -15,7 +15,6 @@ from typing import Any
 from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, workload_check
-from hostcheck.checks.workload.training import rank_records
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Outcome, Status, worst
 
@@ -122,20 +121,21 @@ def nic_loopback(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Out
         return _f(Status.SKIP, f"not run: {run.nic_loopback_skipped}")
     if not run.nic_loopback:
         return _f(Status.SKIP, "not run")
-    recs, errors, hung = rank_records(run.nic_loopback)
+    res = run.nic_loopback_results
+    recs, errors, hung = res.ranks, res.errors, res.hung
     if hung:
         return _f(Status.FAIL, "the all_reduce through the NICs hung", hint=_HINT_NIC, details=tuple(errors))
     if errors or not recs:
         return _f(Status.ERROR, "not measured: the all_reduce through the NICs failed", details=tuple(errors))
-    r0 = next((r for r in recs if r.get("rank") == 0), recs[0])
-    if not all(r.get("allreduce_ok") for r in recs):
+    r0 = next((r for r in recs if r.rank == 0), recs[0])
+    if not all(r.allreduce_ok for r in recs):
         return _f(Status.FAIL, "the all_reduce through the NICs gave a wrong sum", hint=_HINT_NIC)
-    bus = num(r0.get("busbw_gbs"))
+    bus = r0.busbw_gbs
     if bus is None:
-        return _f(Status.ERROR, f"not measured: {r0.get('bw_skipped') or 'no bus bandwidth'}")
+        return _f(Status.ERROR, f"not measured: {r0.bw_skipped or 'no bus bandwidth'}")
     active = [p for p in run.nic_ports if p.get("state") == "ACTIVE" and num(p.get("rate_gbps"))]
-    size = f"{(r0.get('bw_bytes') or 0) / 2**20:.0f} MiB"
-    msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {r0.get('world')} GPUs with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
+    size = f"{(r0.bw_bytes or 0) / 2**20:.0f} MiB"
+    msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {r0.world} GPUs with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
     if not active:
         return _f(
             Status.SKIP,

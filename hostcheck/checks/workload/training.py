@@ -9,7 +9,7 @@ from typing import Any
 from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
-from hostcheck.gather.workload import WorkloadRun, started, suite_run_for, suite_section
+from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Outcome, Status, worst
 
 
@@ -175,36 +175,6 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -
     )
 
 
-def _ddp_records(run: WorkloadRun) -> tuple[list[dict], list[str], bool]:
-    """(per-rank data, errors, any timed out) from wherever the DDP probe ran."""
-    recs, errors, hung = [], [], False
-    if run.ddp_mode == "in-suite":
-        data, err = suite_section(run, "ddp")
-        if data is None:
-            errors.append(err or "no result")
-            where = suite_run_for(run, "ddp")
-            hung = bool(where and where.timed_out and started(where, "ddp"))
-        else:
-            recs.append(data)
-        return recs, errors, hung
-    return rank_records(run.ddp)
-
-
-def rank_records(runs: tuple) -> tuple[list[dict], list[str], bool]:
-    """(per-rank data, errors, any timed out) of ranks launched one process each (the DDP check, the all_reduce
-    through the NICs)."""
-    recs, errors, hung = [], [], False
-    crashed = any(r.error and not r.timed_out for r in runs)
-    for r in runs:
-        hung = hung or (r.timed_out and not crashed)  # peers killed after a crash did not hang on their own
-        d = next((x for x in reversed(r.records) if x.get("probe") == "ddp_worker" and x.get("ok")), None)
-        if d is not None:
-            recs.append(d.get("data") or {})
-        if r.error:
-            errors.append(f"{r.name}: {r.error}")
-    return recs, errors, hung
-
-
 _HINT_NCCL = (
     "re-run with NCCL_DEBUG=INFO; check that every GPU is visible (CUDA_VISIBLE_DEVICES), peer access "
     "(nvidia-smi topo -m), the NVIDIA fabric manager on NVSwitch systems, and ACS/IOMMU settings "
@@ -216,17 +186,18 @@ _HINT_NCCL = (
 def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.ddp_mode:
         return _f(Status.SKIP, "DDP probe not run")
-    recs, errors, hung = _ddp_records(run)
+    res = run.ddp_results
+    recs, errors, hung = res.ranks, res.errors, res.hung
     if errors or not recs:
         why = "; ".join(errors)[:500] or "no rank reported"
         msg = ("DDP hung: " if hung else "DDP failed: ") + why
         return _f(Status.FAIL if hung else Status.ERROR, msg, hint=_HINT_NCCL)
-    world = int(recs[0].get("world") or len(recs))
-    backend = recs[0].get("backend")
-    bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
+    world = recs[0].world or len(recs)
+    backend = recs[0].backend
+    bad = [r for r in recs if not (r.allreduce_ok and r.ddp_ok)]
     details = tuple(
-        f"rank {r.get('rank')}: all_reduce sum {r.get('allreduce_value')} (want {world}), DDP step loss "
-        f"{r.get('ddp_loss')}, param max diff {r.get('ddp_param_maxdiff')}, init {r.get('init_s')} s"
+        f"rank {r.rank}: all_reduce sum {r.allreduce_value} (want {world}), DDP step loss "
+        f"{r.ddp_loss}, param max diff {r.ddp_param_maxdiff}, init {r.init_s} s"
         for r in recs
     )
     if bad:
@@ -255,15 +226,15 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
     th = J.lines(config)
     if not run.ddp_mode:
         return _f(Status.SKIP, "DDP probe not run")
-    recs, errors, _ = _ddp_records(run)
+    recs, errors = run.ddp_results.ranks, run.ddp_results.errors
     if errors or not recs:
         return _f(Status.ERROR, "not measured: the DDP probe failed")
-    world = int(recs[0].get("world") or len(recs))
-    backend = recs[0].get("backend")
-    r0 = next((r for r in recs if r.get("rank") == 0), recs[0])
-    bus = num(r0.get("busbw_gbs"))
-    alg = num(r0.get("algbw_gbs"))
-    size = f"{(r0.get('bw_bytes') or 0) / 2**20:.0f} MiB"
+    world = recs[0].world or len(recs)
+    backend = recs[0].backend
+    r0 = next((r for r in recs if r.rank == 0), recs[0])
+    bus = r0.busbw_gbs
+    alg = r0.algbw_gbs
+    size = f"{(r0.bw_bytes or 0) / 2**20:.0f} MiB"
     if backend != "nccl":
         return _f(
             Status.SKIP,
@@ -289,7 +260,7 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
     floor = J.busbw_floor(nvlink, th)
     names = {g.name for g in gpus[:world] if isinstance(getattr(g, "name", None), str)}
     line = S.allreduce_line(names.pop(), world) if len(names) == 1 and len(gpus) >= world else None
-    nbytes = r0.get("bw_bytes") if isinstance(r0.get("bw_bytes"), int) else None
+    nbytes = r0.bw_bytes
     inter = {True: "NVLink", False: "PCIe", None: "interconnect unknown"}[nvlink]
     msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {world} GPUs ({inter}; algbw {alg:.1f} GB/s)"
     if line is None:
@@ -318,19 +289,10 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
 def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.multinode_requested:
         return _f(Status.SKIP, "not requested (give --nnodes and --rdzv-endpoint)")
-    recs, errors = [], []
-    for r in run.multinode:
-        recs += [x.get("data") or {} for x in r.records if x.get("probe") == "ddp_worker" and x.get("ok")]
-        # A local rank that raised says why in its record; torchrun's own error only says that it failed.
-        errors += [
-            f"rank error: {x.get('error')}"
-            for x in r.records
-            if x.get("probe") == "ddp_worker" and x.get("ok") is False
-        ]
-        if r.error:
-            errors.append(r.error)
+    res = run.multinode_results
+    recs, errors = res.ranks, res.errors
     if errors or not recs:
-        hung = any(r.timed_out for r in run.multinode)
+        hung = res.hung
         return _f(
             Status.FAIL if hung else Status.ERROR,
             "multi-node DDP "
@@ -341,13 +303,11 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
             # torchrun's own report (which rank failed, and why) is in its stderr.
             details=tuple(ln for r in run.multinode for ln in r.stderr_tail.splitlines() if ln.strip()),
         )
-    bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
-    world = recs[0].get("world")
-    r0 = next((r for r in recs if r.get("rank") == 0), None)
-    bw = f"; busbw {r0['busbw_gbs']:.1f} GB/s" if r0 and num(r0.get("busbw_gbs")) is not None else ""
-    details = tuple(
-        f"rank {r.get('rank')}: all_reduce {r.get('allreduce_value')}, ddp_ok {r.get('ddp_ok')}" for r in recs
-    )
+    bad = [r for r in recs if not (r.allreduce_ok and r.ddp_ok)]
+    world = recs[0].world
+    r0 = next((r for r in recs if r.rank == 0), None)
+    bw = f"; busbw {r0.busbw_gbs:.1f} GB/s" if r0 and r0.busbw_gbs is not None else ""
+    details = tuple(f"rank {r.rank}: all_reduce {r.allreduce_value}, ddp_ok {r.ddp_ok}" for r in recs)
     if bad:
         return _f(
             Status.FAIL,
@@ -357,7 +317,7 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     return _f(
         Status.PASS,
         f"world {world}: {len(recs)} local rank(s) correct{bw}",
-        value=num(r0.get("busbw_gbs")) if r0 else None,
+        value=r0.busbw_gbs if r0 else None,
         unit="GB/s",
         details=details,
     )
