@@ -390,3 +390,61 @@ def multinode_results(runs: tuple) -> RankResults:
         if r.error:
             errors.append(r.error)
     return RankResults(tuple(ranks), tuple(errors), any(r.timed_out for r in runs))
+
+
+@dataclass(frozen=True)
+class AmpRun:
+    """One model's short training run in one precision mode (AMP section), read once."""
+
+    #: The losses step by step; None when one of them is no number (NaN and inf are numbers: they stay).
+    losses: tuple[float, ...] | None = ()
+    #: GradScaler's skipped steps and the run's steps, as recorded (None: not recorded as a whole number).
+    skipped: int | None = None
+    steps: int | None = None
+    #: Throughput, in ``unit`` (img/s, seq/s).
+    per_s: float | None = None
+    unit: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AmpSection:
+    """The AMP section: model kind -> precision mode -> its run, or why the section has none."""
+
+    models: dict[str, dict[str, AmpRun]] = field(default_factory=dict)
+    device: str | None = None
+    #: The CNN's fp32 baseline ran its convolutions in TF32 (torch's default).
+    conv_tf32: bool = False
+    error: str | None = None
+
+
+def _losses(v: Any) -> tuple[float, ...] | None:
+    if not isinstance(v, list) or not all(_shown(x) is not None for x in v):
+        return None
+    try:
+        return tuple(float(x) for x in v)
+    except OverflowError:
+        return None
+
+
+def amp_section(run: Any) -> AmpSection:
+    data, err = suite_section(run, "amp")
+    if not isinstance(data, dict):
+        return AmpSection(error=err or "amp gave no object")
+    models: dict[str, dict[str, AmpRun]] = {}
+    found = data.get("models")
+    for kind, modes in found.items() if isinstance(found, dict) else ():
+        for mode, r in modes.items() if isinstance(modes, dict) else ():
+            if not isinstance(r, dict):
+                continue
+            unit = r.get("unit", "")
+            models.setdefault(str(kind), {})[str(mode)] = AmpRun(
+                losses=_losses(r.get("losses") or []),
+                skipped=_count(r.get("skipped")),
+                steps=_count(r.get("steps")),
+                per_s=_float(r.get("per_s")),
+                unit=unit if isinstance(unit, str) else "",
+                error=str(r["error"]) if "error" in r else None,
+            )
+    device = data.get("device")
+    return AmpSection(models, device if isinstance(device, str) else None, bool(data.get("conv_tf32")))

@@ -30,11 +30,13 @@ from hostcheck.gather.gdr_write import SECONDS as GDR_SECONDS
 from hostcheck.gather.gdr_write import SERVER_START_S, SLACK_S, GdrRun, gather_gdr_write
 from hostcheck.gather.rdma_rate import gather_rdma_ports
 from hostcheck.gather.suite import (
+    AmpSection,
     BurnResult,
     DeviceFigures,
     DeviceSection,
     RankResults,
     SuiteEnv,
+    amp_section,
     burn_result,
     ddp_results,
     device_figures,
@@ -130,6 +132,10 @@ class WorkloadRun:
     @cached_property
     def bandwidth(self) -> DeviceSection:
         return device_section(self, "bandwidth")
+
+    @cached_property
+    def amp(self) -> AmpSection:
+        return amp_section(self)
 
     @cached_property
     def burn_result(self) -> BurnResult | None:

@@ -86,7 +86,7 @@ def test_each_fact_is_read_once_from_the_records(monkeypatch):
     run = run_with(350, 1000.0)
     judge_workload(run, [gpu(0, name=H100), gpu(1, name=H100)])
     assert run.devices and run.matmul is run.matmul
-    assert sorted(reads) == ["bandwidth", "env", "matmul"]
+    assert {"env", "matmul", "bandwidth", "amp"} <= set(reads) and len(reads) == len(set(reads)), reads
 
 
 def burn_run(**row) -> WorkloadRun:
@@ -157,3 +157,28 @@ def test_hostile_rank_figures_are_not_measured(bad):
     got = run.ddp_results.ranks[0]
     assert (got.world, got.busbw_gbs, got.bw_bytes, got.rank) == (None, None, None, None)
     assert by_id(judge_workload(run))["workload.E013"].status in ("skip", "error")
+
+
+def amp_run(losses) -> WorkloadRun:
+    fp32 = {"losses": [2.0, 1.0], "per_s": 100.0, "unit": "img/s", "steps": 4}
+    fp16 = {"losses": losses, "skipped": 0, "steps": 4, "per_s": 300.0, "unit": "img/s"}
+    amp = {"device": "cuda:0", "models": {"cnn": {"fp32": fp32, "fp16": fp16}}}
+    return WorkloadRun(suite=suite_run(env=ENV, amp=amp))
+
+
+@pytest.mark.parametrize(
+    ("losses", "status"),
+    [
+        ([2.0, 1.0], "pass"),  # absent: finite losses that fall
+        ([2.0, float("nan")], "fail"),  # a NaN loss is a number that went wrong: the numerics fail
+        ([2.0, "1.0"], "error"),  # a loss that is no number says nothing about the GPU: not measured
+        ("2.0", "error"),
+    ],
+)
+def test_amp_losses_are_read_once_and_garbage_is_no_verdict(losses, status):
+    run = amp_run(losses)
+    assert run.amp.models["cnn"]["fp32"] == suite.AmpRun(
+        losses=(2.0, 1.0), steps=4, per_s=100.0, unit="img/s"
+    )
+    assert by_id(judge_workload(run))["workload.E009"].status == status
+    assert by_id(judge_workload(run))["workload.E010"].value == 3.0

@@ -9,27 +9,31 @@ from typing import Any
 from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
+from hostcheck.gather.suite import AmpRun
 from hostcheck.gather.workload import WorkloadRun, suite_section
 from hostcheck.registry import Outcome, Status, worst
 
 
 @workload_check("workload.E009", "AMP training step numerics", 2.0, "amp", reads_config=True)
 def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
-    data, err = suite_section(run, "amp")
-    if data is None:
-        return _f(Status.ERROR, f"AMP step not run: {err}")
+    data = run.amp
+    if data.error is not None:
+        return _f(Status.ERROR, f"AMP step not run: {data.error}")
     statuses, details, bad = [], [], []
-    for kind, modes in (data.get("models") or {}).items():
+    for kind, modes in data.models.items():
         for mode, r in modes.items():
-            if "error" in r:
+            if r.error is not None:
                 statuses.append(Status.ERROR)
-                bad.append(f"{kind} {mode}: raised {r['error']}")
+                bad.append(f"{kind} {mode}: raised {r.error}")
                 continue
-            st, why = J.loss_numerics(r.get("losses") or [])
+            if r.losses is None:
+                st, why = Status.ERROR, "a loss that is no number recorded"
+            else:
+                st, why = J.loss_numerics(r.losses)
             if mode == "fp16":
-                sst = J.scaler_status(int(r.get("skipped") or 0), int(r.get("steps") or 0), J.lines(config))
+                sst = J.scaler_status(r.skipped or 0, r.steps or 0, J.lines(config))
                 if sst != Status.PASS:
-                    why += f"; GradScaler skipped {r.get('skipped')} of {r.get('steps')} steps"
+                    why += f"; GradScaler skipped {r.skipped} of {r.steps} steps"
                     st = worst([st, sst])
             statuses.append(st)
             line = f"{kind} {mode}: {why}"
@@ -38,7 +42,7 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None)
                 bad.append(line)
     status = verdict_or_skip(statuses)
     if status == Status.PASS:
-        msg = f"finite losses that fall, GradScaler healthy ({len(statuses)} model/precision runs, {data.get('device')})"
+        msg = f"finite losses that fall, GradScaler healthy ({len(statuses)} model/precision runs, {data.device})"
     elif status == Status.SKIP:
         msg = "no AMP runs recorded"
     else:
@@ -55,27 +59,26 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None)
 @workload_check("workload.E010", "AMP speedup", 1.0, "amp", reads_config=True)
 def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
     th = J.lines(config)
-    data, err = suite_section(run, "amp")
-    if data is None:
-        return _f(Status.ERROR, f"AMP step not run: {err}")
+    data = run.amp
+    if data.error is not None:
+        return _f(Status.ERROR, f"AMP step not run: {data.error}")
     speedups, details = {}, []
-    for kind, modes in (data.get("models") or {}).items():
-        base = num((modes.get("fp32") or {}).get("per_s"))
+    none = AmpRun()
+    for kind, modes in data.models.items():
+        base = modes.get("fp32", none).per_s
         best = None
         for mode in ("fp16", "bf16"):
-            v = num((modes.get(mode) or {}).get("per_s"))
+            v = modes.get(mode, none).per_s
             if base and v:
                 sp = v / base
-                details.append(
-                    f"{kind} {mode}: {v:.1f} vs fp32 {base:.1f} {modes[mode].get('unit', '')} = {sp:.2f}x"
-                )
+                details.append(f"{kind} {mode}: {v:.1f} vs fp32 {base:.1f} {modes[mode].unit} = {sp:.2f}x")
                 if best is None or sp > best[0]:
                     best = (sp, mode)
         if best:
             speedups[kind] = best
     if not speedups:
         return _f(Status.ERROR, "no AMP timing recorded", details=tuple(details))
-    if data.get("conv_tf32"):
+    if data.conv_tf32:
         # torch's default, which a training job gets too; the transformer's fp32 matmuls stay IEEE.
         details.append(
             "the CNN's fp32 baseline runs its convolutions in TF32 (cudnn.allow_tf32, torch's default)"
