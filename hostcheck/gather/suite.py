@@ -448,3 +448,55 @@ def amp_section(run: Any) -> AmpSection:
             )
     device = data.get("device")
     return AmpSection(models, device if isinstance(device, str) else None, bool(data.get("conv_tf32")))
+
+
+@dataclass(frozen=True)
+class PeerPair:
+    """One ordered GPU pair's copy (p2p section), read once."""
+
+    src: int | None = None
+    dst: int | None = None
+    gbs: float | None = None
+    #: Whether peer access was on (None: not said).
+    p2p: bool | None = None
+    #: False when the copied bytes were wrong (None: not said).
+    ok: bool | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PeerCopies:
+    """The p2p section: every pair, the GPUs' model names, why it was skipped, or why it has no data."""
+
+    pairs: tuple[PeerPair, ...] = ()
+    names: tuple[str, ...] = ()
+    skipped: str | None = None
+    error: str | None = None
+
+
+def _flag(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
+def peer_copies(run: Any) -> PeerCopies:
+    data, err = suite_section(run, "p2p")
+    if not isinstance(data, dict):
+        return PeerCopies(error=err or "p2p gave no object")
+    if data.get("skipped"):
+        return PeerCopies(skipped=str(data["skipped"]))
+    found, names = data.get("pairs"), data.get("names")
+    pairs = tuple(
+        PeerPair(
+            src=_count(p.get("src")),
+            dst=_count(p.get("dst")),
+            gbs=_float(p.get("gbs")),
+            p2p=_flag(p.get("p2p")),
+            ok=_flag(p.get("ok")),
+            error=str(p["error"]) if p.get("error") else None,
+        )
+        for p in (found if isinstance(found, list) else ())
+        if isinstance(p, dict)
+    )
+    return PeerCopies(
+        pairs, tuple(n for n in (names if isinstance(names, list) else ()) if isinstance(n, str))
+    )

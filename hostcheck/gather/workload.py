@@ -34,6 +34,7 @@ from hostcheck.gather.suite import (
     BurnResult,
     DeviceFigures,
     DeviceSection,
+    PeerCopies,
     RankResults,
     SuiteEnv,
     amp_section,
@@ -42,6 +43,7 @@ from hostcheck.gather.suite import (
     device_figures,
     device_section,
     multinode_results,
+    peer_copies,
     rank_results,
     started,
     suite_env,
@@ -136,6 +138,10 @@ class WorkloadRun:
     @cached_property
     def amp(self) -> AmpSection:
         return amp_section(self)
+
+    @cached_property
+    def p2p(self) -> PeerCopies:
+        return peer_copies(self)
 
     @cached_property
     def burn_result(self) -> BurnResult | None:

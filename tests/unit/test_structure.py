@@ -673,11 +673,11 @@ def test_a_second_section_list_is_refused():
 RAW_READERS = ("hostcheck.gather.workload", "hostcheck.gather.suite")
 #: What reads a raw record: these readers' functions, and any ``.records`` (a ProbeRun's parsed JSON lines).
 RAW_NAMES = frozenset({"section", "suite_section", "suite_run_for", "started"})
-#: Checks that still read raw records, each with what it reads (the matmul, bandwidth, AMP, burn-in, DDP, multi-node
-#: and NIC loopback checks are moved; these are not yet). A module that no longer reads any must leave this list.
+#: Checks that still read raw records, each with what it reads (the matmul, bandwidth, AMP, burn-in, DDP,
+#: multi-node, GPU-pair and NIC loopback checks are moved; these are not yet). A module that no longer reads any
+#: must leave this list.
 RAW_NOT_YET = {
     "hostcheck.checks.workload.training": "the DataLoader section",
-    "hostcheck.checks.workload.paths": "the p2p section",
 }
 
 

@@ -182,3 +182,25 @@ def test_amp_losses_are_read_once_and_garbage_is_no_verdict(losses, status):
     )
     assert by_id(judge_workload(run))["workload.E009"].status == status
     assert by_id(judge_workload(run))["workload.E010"].value == 3.0
+
+
+def p2p_run(gbs) -> WorkloadRun:
+    pairs = [
+        {"src": 0, "dst": 1, "gbs": 40.0, "p2p": True, "ok": True},
+        {"src": 1, "dst": 0, "gbs": gbs, "p2p": "yes"},
+    ]
+    return WorkloadRun(suite=suite_run(env=ENV, p2p={"pairs": [*pairs, "no pair"], "names": [H100, 3]}))
+
+
+@pytest.mark.parametrize("bad", HOSTILE, ids=lambda v: type(v).__name__)
+def test_a_hostile_pair_figure_is_not_measured(bad):
+    run = p2p_run(bad)
+    assert run.p2p.names == (H100,) and len(run.p2p.pairs) == 2
+    assert run.p2p.pairs[1] == suite.PeerPair(src=1, dst=0)  # "yes" is no flag
+    r = by_id(judge_workload(run))["workload.E016"]
+    assert r.status == "error" and "GPU 1 -> GPU 0: not measured (no figure)" in r.details
+
+
+def test_a_measured_pair_is_judged():
+    r = by_id(judge_workload(p2p_run(40.0)))["workload.E016"]
+    assert r.status != "error" and r.value == 40.0

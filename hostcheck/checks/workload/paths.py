@@ -15,7 +15,7 @@ from typing import Any
 from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, workload_check
-from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Outcome, Status, worst
 
 _HINT_P2P = (
@@ -37,35 +37,35 @@ def _nvlink(gpus: list, index: Any) -> bool | None:
 
 @workload_check("workload.E016", "GPU-to-GPU copy bandwidth, every pair", 1.0, "p2p", reads_config=True)
 def peer_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
-    data, err = suite_section(run, "p2p")
-    if data is None:
-        return _f(Status.ERROR, f"GPU-to-GPU copies not measured: {err}")
-    if data.get("skipped"):
-        return _f(Status.SKIP, f"not measured: {data['skipped']}")
-    pairs = [p for p in data.get("pairs") or [] if isinstance(p, dict)]
+    data = run.p2p
+    if data.error is not None:
+        return _f(Status.ERROR, f"GPU-to-GPU copies not measured: {data.error}")
+    if data.skipped:
+        return _f(Status.SKIP, f"not measured: {data.skipped}")
+    pairs = data.pairs
     if not pairs:
         return _f(Status.ERROR, "GPU-to-GPU copies: the probe gave no pair")
-    names = {n for n in data.get("names") or [] if isinstance(n, str)}
+    names = set(data.names)
     line = S.peer_copy_line(names.pop()) if len(names) == 1 else None
     statuses: list[Status] = []
     details: list[str] = []
     rates: dict[tuple[int, int], float] = {}
     for p in pairs:
-        key = (p.get("src"), p.get("dst"))
+        key = (p.src, p.dst)
         where = f"GPU {key[0]} -> GPU {key[1]}"
-        gbs = num(p.get("gbs"))
+        gbs = p.gbs
         p2p = {
             True: "peer access on",
             False: "peer access OFF (staged through host memory)",
             None: "peer access ?",
-        }[p.get("p2p") if isinstance(p.get("p2p"), bool) else None]
-        if p.get("error") or gbs is None or gbs <= 0:
+        }[p.p2p]
+        if p.error or gbs is None or gbs <= 0:
             statuses.append(Status.ERROR)
-            details.append(f"{where}: not measured ({p.get('error') or 'no figure'})")
+            details.append(f"{where}: not measured ({p.error or 'no figure'})")
             continue
         rates[key] = gbs
         text = f"{where}: {gbs:.1f} GB/s, {p2p}"
-        if p.get("ok") is False:
+        if p.ok is False:
             statuses.append(Status.FAIL)
             details.append(text + "; the copied bytes were wrong")
             continue
