@@ -500,3 +500,67 @@ def peer_copies(run: Any) -> PeerCopies:
     return PeerCopies(
         pairs, tuple(n for n in (names if isinstance(names, list) else ()) if isinstance(n, str))
     )
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """The DataLoader measured at one worker count, read once."""
+
+    workers: int
+    ips: float | None = None
+    first_epoch_s: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DataLoaderSection:
+    """The dataloader section: each worker count's run (in worker order) and the probe's choice, or why none."""
+
+    runs: tuple[WorkerRun, ...] = ()
+    best_workers: int | None = None
+    best_ips: float | None = None
+    zero_ips: float | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+    shm_bytes: int | None = None
+    cpus: int | None = None
+    crop: int | None = None
+    error: str | None = None
+
+
+def _workers(key: Any) -> int | None:
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        return None
+
+
+def dataloader_section(run: Any) -> DataLoaderSection:
+    data, err = suite_section(run, "dataloader")
+    if not isinstance(data, dict):
+        return DataLoaderSection(error=err or "dataloader gave no object")
+    found = data.get("results")
+    runs = []
+    for key, r in found.items() if isinstance(found, dict) else ():
+        w = _workers(key)
+        if w is None or not isinstance(r, dict):
+            continue
+        runs.append(
+            WorkerRun(
+                workers=w,
+                ips=_float(r.get("ips")),
+                first_epoch_s=_float(r.get("first_epoch_s")),
+                error=str(r["error"]) if "error" in r else None,
+            )
+        )
+    return DataLoaderSection(
+        runs=tuple(sorted(runs, key=lambda r: r.workers)),
+        best_workers=_count(data.get("best_workers")),
+        best_ips=_float(data.get("best_ips")),
+        zero_ips=_float(data.get("zero_ips")),
+        pin_memory=_flag(data.get("pin_memory")),
+        prefetch_factor=_count(data.get("prefetch_factor")),
+        shm_bytes=_count(data.get("shm_bytes")),
+        cpus=_count(data.get("cpus")),
+        crop=_count(data.get("crop")),
+    )

@@ -32,6 +32,7 @@ from hostcheck.gather.rdma_rate import gather_rdma_ports
 from hostcheck.gather.suite import (
     AmpSection,
     BurnResult,
+    DataLoaderSection,
     DeviceFigures,
     DeviceSection,
     PeerCopies,
@@ -39,6 +40,7 @@ from hostcheck.gather.suite import (
     SuiteEnv,
     amp_section,
     burn_result,
+    dataloader_section,
     ddp_results,
     device_figures,
     device_section,
@@ -142,6 +144,10 @@ class WorkloadRun:
     @cached_property
     def p2p(self) -> PeerCopies:
         return peer_copies(self)
+
+    @cached_property
+    def dataloader(self) -> DataLoaderSection:
+        return dataloader_section(self)
 
     @cached_property
     def burn_result(self) -> BurnResult | None:

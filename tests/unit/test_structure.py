@@ -673,12 +673,6 @@ def test_a_second_section_list_is_refused():
 RAW_READERS = ("hostcheck.gather.workload", "hostcheck.gather.suite")
 #: What reads a raw record: these readers' functions, and any ``.records`` (a ProbeRun's parsed JSON lines).
 RAW_NAMES = frozenset({"section", "suite_section", "suite_run_for", "started"})
-#: Checks that still read raw records, each with what it reads (the matmul, bandwidth, AMP, burn-in, DDP,
-#: multi-node, GPU-pair and NIC loopback checks are moved; these are not yet). A module that no longer reads any
-#: must leave this list.
-RAW_NOT_YET = {
-    "hostcheck.checks.workload.training": "the DataLoader section",
-}
 
 
 def raw_record_reads(source: str) -> list[str]:
@@ -703,13 +697,12 @@ def test_the_checks_and_the_report_read_no_raw_workload_record():
     judged = {
         n: p for n, p in modules().items() if n.startswith("hostcheck.checks") or n == "hostcheck.report"
     }
+    assert {"hostcheck.checks.workload.compute", "hostcheck.checks.workload.training"} <= set(judged)
     reads = {n: raw_record_reads(p.read_text()) for n, p in judged.items()}
-    offenders = {n: r for n, r in reads.items() if r and n not in RAW_NOT_YET}
+    offenders = {n: r for n, r in reads.items() if r}
     assert offenders == {}, (
         "judge the typed facts of hostcheck.gather.suite (WorkloadRun.matmul, .devices...)"
     )
-    assert [n for n in RAW_NOT_YET if not reads.get(n)] == [], "moved: remove it from RAW_NOT_YET"
-    assert reads["hostcheck.checks.workload.compute"] == []
 
 
 def test_a_planted_raw_record_read_is_caught():

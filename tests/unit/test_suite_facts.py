@@ -204,3 +204,30 @@ def test_a_hostile_pair_figure_is_not_measured(bad):
 def test_a_measured_pair_is_judged():
     r = by_id(judge_workload(p2p_run(40.0)))["workload.E016"]
     assert r.status != "error" and r.value == 40.0
+
+
+def loader_run(**over) -> WorkloadRun:
+    results = {"0": {"ips": 100.0, "first_epoch_s": 1.0}, "4": {"ips": 300.0, "first_epoch_s": 0.5}, "x": {}}
+    data = {
+        "results": results,
+        "best_workers": 4,
+        "best_ips": 300.0,
+        "zero_ips": 100.0,
+        "cpus": 8,
+        "crop": 224,
+    }
+    return WorkloadRun(suite=suite_run(env=ENV, dataloader={**data, "pin_memory": True, **over}))
+
+
+def test_the_dataloader_is_read_once_in_worker_order():
+    run = loader_run()
+    assert [r.workers for r in run.dataloader.runs] == [0, 4]  # a worker count that is no number is left out
+    r = by_id(judge_workload(run))["workload.E011"]
+    assert r.status == "pass" and r.value == 300.0 and "num_workers=4, pin_memory=True" in r.message
+
+
+@pytest.mark.parametrize("bad", HOSTILE, ids=lambda v: type(v).__name__)
+def test_a_hostile_dataloader_figure_is_not_measured(bad):
+    run = loader_run(best_ips=bad, cpus=bad)
+    assert (run.dataloader.best_ips, run.dataloader.cpus) == (None, None)
+    assert by_id(judge_workload(run))["workload.E011"].status == "error"

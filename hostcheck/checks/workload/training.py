@@ -8,9 +8,9 @@ from typing import Any
 
 from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as S
-from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
+from hostcheck.checks.workload.common import _f, link_int, verdict_or_skip, workload_check
 from hostcheck.gather.suite import AmpRun
-from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Outcome, Status, worst
 
 
@@ -115,26 +115,25 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) 
 
 @workload_check("workload.E011", "DataLoader throughput", 1.0, "dataloader", reads_config=True)
 def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
-    data, err = suite_section(run, "dataloader")
-    if data is None:
-        return _f(Status.ERROR, f"DataLoader probe not run: {err}")
-    results = data.get("results") or {}
+    data = run.dataloader
+    if data.error is not None:
+        return _f(Status.ERROR, f"DataLoader probe not run: {data.error}")
     details, errors = [], []
-    for w, r in sorted(results.items(), key=lambda kv: int(kv[0])):
-        if "error" in r:
-            errors.append(f"num_workers={w}: {r['error']}")
+    for r in data.runs:
+        if r.error is not None:
+            errors.append(f"num_workers={r.workers}: {r.error}")
             details.append(errors[-1])
         else:
             details.append(
-                f"num_workers={w}: {r.get('ips', 0):.0f} img/s (first epoch {r.get('first_epoch_s', 0):.2f} s)"
+                f"num_workers={r.workers}: {r.ips or 0:.0f} img/s (first epoch {r.first_epoch_s or 0:.2f} s)"
             )
-    best, best_ips, zero = data.get("best_workers"), num(data.get("best_ips")), num(data.get("zero_ips"))
+    best, best_ips, zero = data.best_workers, data.best_ips, data.zero_ips
     settings = (
-        f"num_workers={best}, pin_memory={data.get('pin_memory')}, persistent_workers=True, "
-        f"prefetch_factor={data.get('prefetch_factor')}"
+        f"num_workers={best}, pin_memory={data.pin_memory}, persistent_workers=True, "
+        f"prefetch_factor={data.prefetch_factor}"
     )
     if errors:
-        shm = data.get("shm_bytes")
+        shm = data.shm_bytes
         shm_s = f"/dev/shm is {shm / 2**20:.0f} MiB; " if isinstance(shm, int) else ""
         return _f(
             Status.FAIL,
@@ -146,13 +145,13 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -
             "(containers default to 64 MiB: docker --shm-size / --ipc=host) or too little memory",
             details=tuple(details),
         )
-    st = J.dataloader_status(best_ips, zero, int(data.get("cpus") or 0), J.lines(config))
+    st = J.dataloader_status(best_ips, zero, data.cpus or 0, J.lines(config))
     if best_ips is None:
         return _f(Status.ERROR, "DataLoader measured nothing", details=tuple(details))
     gain = f", {best_ips / zero:.2f}x num_workers=0" if zero and best else ""
     if best == 0:
-        settings = f"num_workers=0 (no worker count beat it), pin_memory={data.get('pin_memory')}"
-    msg = f"{best_ips:.0f} img/s with {settings}{gain} ({data.get('crop')} px crops, {data.get('cpus')} CPUs)"
+        settings = f"num_workers=0 (no worker count beat it), pin_memory={data.pin_memory}"
+    msg = f"{best_ips:.0f} img/s with {settings}{gain} ({data.crop} px crops, {data.cpus} CPUs)"
     if st is None:
         return _f(
             Status.PASS,
