@@ -11,7 +11,8 @@ from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.gpuinfo import BusId, normalise_bus_id
 from hostcheck.gather.rdma import ERROR_COUNTERS, SWITCH, RdmaSnapshot, pair_gpus
-from hostcheck.gather.workload import WorkloadRun, finite_number
+from hostcheck.gather.suite import finite_number
+from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Result
 from hostcheck.score import Verdict
 

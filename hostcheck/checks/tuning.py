@@ -385,7 +385,8 @@ def threads(s: Any) -> Outcome:
             hint=hint,
             **kw,
         )
-    if n < budget // 2:
+    # int() rounds the share down to whole threads, as budget // 2 did for the shipped 0.5.
+    if n < int(budget * _config(s).thresholds.omp_threads_idle_warn_fraction):
         return warned(
             f"{n} threads per rank leaves {cores - n * gpus} of {cores} cores idle (OMP_NUM_THREADS=1 measured 0.56x)",
             hint=hint,

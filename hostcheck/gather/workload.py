@@ -1,7 +1,8 @@
 """The workload gatherer: runs the short GPU / AMP / DDP suite in child processes of the training Python.
 
 ``gather_workload`` launches the children through the one launcher (hostcheck.child.launch) and returns a
-:class:`WorkloadRun`: their raw records and errors, unjudged. The checks in hostcheck.checks.workload judge it.
+:class:`WorkloadRun`: their raw records and errors, unjudged, and the typed facts read once from them
+(hostcheck.gather.suite). The checks in hostcheck.checks.workload judge those facts; the report publishes them.
 The code the children run is hostcheck.inside.workload, started the one way code starts in the training Python
 (hostcheck.child.launch.inside_argv: the training venv need not have hostcheck).
 """
@@ -9,12 +10,11 @@ The code the children run is hostcheck.inside.workload, started the one way code
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -29,6 +29,30 @@ from hostcheck.child.launch import (
 from hostcheck.gather.gdr_write import SECONDS as GDR_SECONDS
 from hostcheck.gather.gdr_write import SERVER_START_S, SLACK_S, GdrRun, gather_gdr_write
 from hostcheck.gather.rdma_rate import gather_rdma_ports
+from hostcheck.gather.suite import (
+    AmpSection,
+    BurnResult,
+    DataLoaderSection,
+    DeviceFigures,
+    DeviceSection,
+    PeerCopies,
+    RankResults,
+    SuiteEnv,
+    amp_section,
+    burn_result,
+    dataloader_section,
+    ddp_results,
+    device_figures,
+    device_section,
+    multinode_results,
+    peer_copies,
+    rank_results,
+    started,
+    suite_env,
+    suite_run_for,
+    suite_section,
+)
+from hostcheck.gather.suite import section as section  # the tests read a section as the checks' gatherer does
 
 #: The module of hostcheck.inside the children run.
 PROBES = "workload"
@@ -97,8 +121,49 @@ class WorkloadRun:
 
     @cached_property
     def devices(self) -> tuple[DeviceFigures, ...]:
-        """Each CUDA device's figures from the suite and the burn-in, parsed once (see device_figures)."""
+        """Each CUDA device's figures from the suite and the burn-in, in base units (see device_figures)."""
         return device_figures(self)
+
+    # The typed facts the checks and the report read: each built once from the raw records, here.
+    @cached_property
+    def env(self) -> SuiteEnv:
+        return suite_env(self)
+
+    @cached_property
+    def matmul(self) -> DeviceSection:
+        return device_section(self, "matmul")
+
+    @cached_property
+    def bandwidth(self) -> DeviceSection:
+        return device_section(self, "bandwidth")
+
+    @cached_property
+    def amp(self) -> AmpSection:
+        return amp_section(self)
+
+    @cached_property
+    def p2p(self) -> PeerCopies:
+        return peer_copies(self)
+
+    @cached_property
+    def dataloader(self) -> DataLoaderSection:
+        return dataloader_section(self)
+
+    @cached_property
+    def burn_result(self) -> BurnResult | None:
+        return burn_result(self)
+
+    @cached_property
+    def ddp_results(self) -> RankResults:
+        return ddp_results(self)
+
+    @cached_property
+    def nic_loopback_results(self) -> RankResults:
+        return rank_results(self.nic_loopback)
+
+    @cached_property
+    def multinode_results(self) -> RankResults:
+        return multinode_results(self.multinode)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,145 +183,11 @@ class WorkloadRun:
         }
 
 
-@dataclass(frozen=True)
-class DeviceFigures:
-    """One CUDA device's measured figures, in base units; a figure the records do not hold as a finite number
-    is left out (a hostile or broken child's JSON never becomes a value)."""
-
-    #: The suite's CUDA device index (the report maps it to NVML's through the PCI address).
-    index: int
-    #: The PCI address the env probe read for it, as the probe gave it; None when it read none.
-    pci_bus_id: str | None = None
-    #: Matmul throughput per dtype ("bf16", "fp16", "tf32", "fp32"), FLOP/s.
-    matmul_flops_per_second: dict[str, float] = field(default_factory=dict)
-    #: Copy bandwidth per kind ("h2d_pinned", "d2h_pageable", "device_copy"...), bytes/s.
-    copy_bytes_per_second: dict[str, float] = field(default_factory=dict)
-    #: The burn-in's figures: burn_median_flops_per_second, burn_min_flops_per_second, burn_result_mismatches.
-    quantities: dict[str, float] = field(default_factory=dict)
-
-
-def finite_number(v: Any, bools: bool = True, scale: float = 1) -> float | int | None:
-    """``v * scale`` when ``v`` is a number (a bool as 0/1 where ``bools``) and the product a finite float, else
-    None: Unavailable, None, text, NaN and an int beyond any float (a hostile child's JSON) are left out."""
-    if isinstance(v, bool):
-        v = int(v) if bools else None
-    if not isinstance(v, (int, float)):
-        return None
-    try:
-        scaled = v * scale if scale != 1 else v
-        return scaled if math.isfinite(scaled) else None
-    except OverflowError:
-        return None
-
-
-def _device_index(row: Any) -> int | None:
-    v = row.get("index") if isinstance(row, dict) else None
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _suite_rows(run: WorkloadRun, name: str) -> list[dict]:
-    """A suite section's per-device rows; CPU rows have no device index, so nothing there is a GPU's."""
-    data, _ = suite_section(run, name)
-    rows = data.get("gpus") if isinstance(data, dict) else None
-    return [r for r in rows if _device_index(r) is not None] if isinstance(rows, list) else []
-
-
-def _burn_rows(run: WorkloadRun) -> list[dict]:
-    recs = run.burn.records if run.burn is not None else ()
-    rec = next((x for x in reversed(recs) if x.get("probe") == "burn" and x.get("ok")), None)
-    data = rec.get("data") if rec is not None else None
-    rows = data.get("gpus") if isinstance(data, dict) else None
-    return [r for r in rows if _device_index(r) is not None] if isinstance(rows, list) else []
-
-
-#: (burn record key, quantity, scale to base units)
-BURN_FIGURES = (
-    ("tflops_median", "burn_median_flops_per_second", 1e12),
-    ("tflops_min", "burn_min_flops_per_second", 1e12),
-    ("mismatches", "burn_result_mismatches", 1),
-)
-
-
-def device_figures(run: WorkloadRun) -> tuple[DeviceFigures, ...]:
-    """The suite's matmul and bandwidth rows and the burn-in's, per CUDA device, in base units."""
-    parts: dict[int, dict[str, dict[str, float]]] = {}
-
-    def slot(row: dict, part: str) -> dict[str, float]:
-        return parts.setdefault(row["index"], {"quantities": {}, "matmul": {}, "copy": {}})[part]
-
-    for row in _suite_rows(run, "matmul"):
-        dtypes = row.get("dtypes")
-        for dt, m in dtypes.items() if isinstance(dtypes, dict) else ():
-            ok = isinstance(m, dict) and isinstance(dt, str)
-            v = finite_number(m.get("tflops"), bools=False, scale=1e12) if ok else None
-            if v is not None:
-                slot(row, "matmul")[dt] = v
-    for row in _suite_rows(run, "bandwidth"):
-        for kind, m in row.items():
-            ok = isinstance(m, dict) and isinstance(kind, str)
-            v = finite_number(m.get("gbs"), bools=False, scale=1e9) if ok else None
-            if v is not None:
-                slot(row, "copy")[kind] = v
-    for row in _burn_rows(run):
-        for key, name, scale in BURN_FIGURES:
-            v = finite_number(row.get(key), bools=False, scale=scale)
-            if v is not None:
-                slot(row, "quantities")[name] = v
-    buses = {r["index"]: r.get("pci_bus_id") for r in _suite_rows(run, "env")}
-    return tuple(
-        DeviceFigures(
-            index=i,
-            pci_bus_id=buses.get(i) if isinstance(buses.get(i), str) else None,
-            matmul_flops_per_second=p["matmul"],
-            copy_bytes_per_second=p["copy"],
-            quantities=p["quantities"],
-        )
-        for i, p in parts.items()
-    )
-
-
 # ------------------------------------------------------------------------------------------ gathering
 
 
 def _probe_argv(python: str, probe: str, args: dict) -> list[str]:
     return inside_argv(python, PROBES, probe, "--json-args", json.dumps(args))
-
-
-def section(run: ProbeRun | None, name: str) -> tuple[dict | None, str | None]:
-    """(data, None) for a suite section that finished, else (None, why not)."""
-    if run is None:
-        return None, "not run"
-    started = False
-    for rec in run.records:
-        if rec.get("probe") != name:
-            continue
-        if rec.get("event") == "start":
-            started = True
-        elif "ok" in rec:
-            if rec["ok"]:
-                return rec.get("data") or {}, None
-            return None, f"{name} probe raised {rec.get('error')}"
-    if started:
-        return None, f"the probe process {run.error or 'stopped'} during {name}"
-    if run.error:
-        return None, f"the probe process {run.error} before {name}"
-    return None, f"{name} did not run"
-
-
-def started(run: ProbeRun | None, name: str) -> bool:
-    return run is not None and any(r.get("probe") == name and r.get("event") == "start" for r in run.records)
-
-
-def suite_run_for(run: WorkloadRun, name: str) -> ProbeRun | None:
-    """The suite process that ran (or should have run) section ``name``."""
-    if run.suite_rest is not None and not started(run.suite, name):
-        return run.suite_rest
-    return run.suite
-
-
-def suite_section(run: WorkloadRun, name: str) -> tuple[dict | None, str | None]:
-    """:func:`section` over the suite and, for what it never started, the re-run of the rest."""
-    return section(suite_run_for(run, name), name)
 
 
 # long: the suite, DDP, burn-in and the two NIC sections are started in order against one deadline

@@ -174,3 +174,38 @@ def test_the_job_command_refuses_a_bad_override_before_it_starts(tmp_path, monke
     marker = tmp_path / "started"
     assert main(["job", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]) == 2
     assert not marker.exists()
+
+
+def test_the_gradscaler_line_is_a_row_a_site_may_move():
+    # Planted: 5 of 8 fp16 steps skipped is more than half, a warning; absent: 4 of 8 is not.
+    assert J.scaler_status(5, 8) == Status.WARN and J.scaler_status(4, 8) == Status.PASS
+    assert thresholds.NODE_ROWS["scaler_skipped_warn_fraction"].verdict == "warn"
+    site = config.parse({"thresholds": {"scaler_skipped_warn_fraction": 0.75}}).thresholds
+    assert J.scaler_status(5, 8, site) == Status.PASS and J.scaler_status(7, 8, site) == Status.WARN
+    assert J.scaler_status(8, 8, site) == Status.FAIL  # stuck fails whatever the line
+
+
+def _threads(n: int, cfg: config.Config | None = None):
+    import hostcheck_scenarios as S
+
+    from hostcheck.core import evaluate
+    from hostcheck.gather import Options
+
+    facts = {k: v for k, v in S.h100_facts().items() if k != "gpunode_tuning"}
+    probe = S.h100_probe(env={"LD_PRELOAD": S.TCMALLOC, "OMP_NUM_THREADS": str(n)})
+    snap = S.make_snapshot(probe=probe, facts=facts, options=Options(config=cfg or config.Config()))
+    checks = [c for c in all_checks() if c.id == "tuning.E005"]
+    (result,), _ = evaluate(snap, checks)
+    return result
+
+
+def test_the_idle_threads_line_is_a_row_a_site_may_move():
+    budget = int(_threads(1).expected.split()[1])  # "<= 14 (112 cores / 8 GPUs)"
+    # Planted: one thread under half the budget warns; absent: half the budget (rounded down) passes.
+    low, half = budget // 2 - 1, budget // 2
+    assert _threads(low).status == Status.WARN and "idle" in _threads(low).message
+    assert _threads(half).status == Status.PASS
+    site = config.Config(
+        thresholds=config.parse({"thresholds": {"omp_threads_idle_warn_fraction": 0.1}}).thresholds
+    )
+    assert _threads(low, site).status == Status.PASS

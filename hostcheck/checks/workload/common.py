@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from hostcheck.gather.base import BUSY, Unavailable
-from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Outcome, Status, check, errored, skipped, worst
 
 #: A workload check's body: (run, the GPUs from NVML, whether the suite saw a CUDA GPU) -> Outcome.
@@ -74,9 +74,9 @@ def workload_check(
                 )
             if section is not None and section not in run.sections:
                 return skipped(f"not run: section {section} not selected")
-            env, env_err = suite_section(run, "env")
+            env_err = run.env.error
             gpus = list(s.nvml.gpus) if s.nvml is not None else []
-            on_gpu = bool(env and env.get("cuda_available"))
+            on_gpu = run.env.cuda_available
             out = fn(run, gpus, on_gpu, s.options.config) if reads_config else fn(run, gpus, on_gpu)
             if out.status is not Status.ERROR or not env_err:
                 return out

@@ -12,8 +12,9 @@ from typing import Any
 from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
-from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, verdict_or_skip, workload_check
-from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.checks.workload.common import _f, gpu_for, link_int, verdict_or_skip, workload_check
+from hostcheck.gather.suite import DeviceRow
+from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Outcome, Status
 
 _HINT_MATMUL = (
@@ -48,19 +49,17 @@ def _peers(by_gpu: dict, details: list[str], lines: dict, unit: str, config: Any
 
 def _precision_env(run: WorkloadRun) -> str:
     """Variables that force TF32 off (NVIDIA_TF32_OVERRIDE=0) or on for fp32, as the env probe saw them."""
-    env, _ = suite_section(run, "env")
-    found = (env or {}).get("precision_env") or {}
+    found = run.env.precision_env
     return ", ".join(f"{k}={v}" for k, v in sorted(found.items()))
 
 
 def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
-    data, err = suite_section(run, "matmul")
-    if data is None:
-        return _f(Status.ERROR, f"matmul not measured: {err}")
-    rows = data.get("gpus") or []
+    measured = run.matmul
+    if measured.error is not None:
+        return _f(Status.ERROR, f"matmul not measured: {measured.error}")
+    rows = measured.rows
     if not on_gpu:
-        cpu = (rows[0].get("dtypes") or {}).get(dt, {}) if rows else {}
-        v = num(cpu.get("tflops"))
+        v = rows[0].figure(dt).value if rows else None
         msg = "no CUDA GPU: " + (f"{dt} matmul on the CPU {v:.3g} TFLOP/s, no verdict" if v else "skipped")
         return _f(Status.SKIP, msg, value=v, unit="TFLOP/s")
     statuses, details, values, expected = [], [], [], None
@@ -68,39 +67,36 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
     by_gpu: dict = {}
     lines: dict = {}
     for row in rows:
-        m = (row.get("dtypes") or {}).get(dt) or {}
-        name = row.get("name")
-        if "error" in m:
-            errors.append(f"GPU {row.get('index')}: {m['error']}")
+        m = row.figure(dt)
+        name = row.name
+        if m.error is not None:
+            errors.append(f"GPU {row.index}: {m.error}")
             statuses.append(Status.ERROR)
             continue
-        v = num(m.get("tflops"))
+        v = m.value
         if v is None:
             continue
         values.append(v)
-        by_gpu[row.get("index")] = v
-        lines[row.get("index")] = len(details)
-        if m.get("finite") is False:
+        by_gpu[row.index] = v
+        lines[row.index] = len(details)
+        if m.finite is False:
             statuses.append(Status.FAIL)
-            details.append(f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s but the result is not finite")
+            details.append(f"GPU {row.index} {name}: {v:.1f} TFLOP/s but the result is not finite")
             continue
         fig = S.matmul_figure(name, dt, config)
         th = J.lines(config)
         st, frac = J.judge_fraction(
             v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False, th
         )
-        st, note = J.on_plateau(st, "matmul_n", m.get("n"), th)
+        st, note = J.on_plateau(st, "matmul_n", m.size, th)
         statuses.append(st)
         if fig:
             expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} achievable, {fig.basis})"
             details.append(
-                f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({fig.source})"
-                + note
+                f"GPU {row.index} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({fig.source})" + note
             )
         else:
-            details.append(
-                f"GPU {row.get('index')} {name}: {v:.1f} TFLOP/s (no reference for this SKU/dtype)"
-            )
+            details.append(f"GPU {row.index} {name}: {v:.1f} TFLOP/s (no reference for this SKU/dtype)")
     slow = _peers(by_gpu, details, lines, "TFLOP/s", config)
     statuses += slow
     status = verdict_or_skip(statuses)
@@ -182,14 +178,14 @@ def _link_rates(gpu: Any, th: Any = J.DEFAULT) -> tuple[float | None, float | No
     return J.pcie_theoretical_gbs(gen, width), J.pinned_achievable_gbs(gen, width, th)
 
 
-def _bandwidth_rows(run: WorkloadRun, on_gpu: bool) -> tuple[list[dict], Outcome | None]:
+def _bandwidth_rows(run: WorkloadRun, on_gpu: bool) -> tuple[tuple[DeviceRow, ...], Outcome | None]:
     """The bandwidth section's per-GPU rows, or the outcome when there is nothing to judge."""
-    data, err = suite_section(run, "bandwidth")
-    if data is None:
-        return [], _f(Status.ERROR, f"bandwidth not measured: {err}")
+    measured = run.bandwidth
+    if measured.error is not None:
+        return (), _f(Status.ERROR, f"bandwidth not measured: {measured.error}")
     if not on_gpu:
-        return [], _f(Status.SKIP, "no CUDA GPU: nothing to measure")
-    return data.get("gpus") or [], None
+        return (), _f(Status.SKIP, "no CUDA GPU: nothing to measure")
+    return measured.rows, None
 
 
 def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = None) -> Outcome:
@@ -201,22 +197,22 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
     lines: dict = {}
     hint, expected = None, None
     for row in rows:
-        m = row.get(key) or {}
-        gpu = gpu_for(gpus, row.get("index"))
-        if "error" in m:
+        m = row.figure(key)
+        gpu = gpu_for(gpus, row.index)
+        if m.error is not None:
             statuses.append(Status.ERROR)
-            details.append(f"GPU {row.get('index')}: {m['error']}")
+            details.append(f"GPU {row.index}: {m.error}")
             continue
-        v = num(m.get("gbs"))
+        v = m.value
         if v is None:
             continue
         values.append(v)
-        by_gpu[row.get("index")] = v
-        lines[row.get("index")] = len(details)
+        by_gpu[row.index] = v
+        lines[row.index] = len(details)
         th = J.lines(config)
         theo, ach = _link_rates(gpu, th)
         st, _ = J.judge_fraction(v, ach, th=th)
-        st, note = J.on_plateau(st, "pinned_bytes", m.get("bytes"), th)
+        st, note = J.on_plateau(st, "pinned_bytes", m.size, th)
         statuses.append(st)
         if ach and theo:
             expected = (
@@ -224,13 +220,13 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
                 f"{th.pinned_copy_efficiency:g} x {theo:.1f} theoretical)"
             )
             details.append(
-                f"GPU {row.get('index')}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
+                f"GPU {row.index}: {v:.1f} GB/s = {v / theo:.0%} of {theo:.1f} GB/s ({_pcie_desc(gpu)})"
                 + note
             )
             if st in (Status.WARN, Status.FAIL) and hint is None:
                 hint = _pcie_hint(gpu)
         else:
-            details.append(f"GPU {row.get('index')}: {v:.1f} GB/s (PCIe link unknown: no verdict)")
+            details.append(f"GPU {row.index}: {v:.1f} GB/s (PCIe link unknown: no verdict)")
     slow = _peers(by_gpu, details, lines, "GB/s", config)
     statuses += slow
     if slow and hint is None:
@@ -268,19 +264,19 @@ def pageable(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> 
         return early
     statuses, details, values = [], [], []
     for row in rows:
-        theo, _ = _link_rates(gpu_for(gpus, row.get("index")))
+        theo, _ = _link_rates(gpu_for(gpus, row.index))
         for key in ("h2d_pageable", "d2h_pageable"):
-            m = row.get(key) or {}
-            v = num(m.get("gbs"))
+            m = row.figure(key)
+            v = m.value
             if v is None:
-                if "error" in m:
+                if m.error is not None:
                     statuses.append(Status.ERROR)
-                    details.append(f"GPU {row.get('index')} {key}: {m['error']}")
+                    details.append(f"GPU {row.index} {key}: {m.error}")
                 continue
             values.append(v)
-            pinned = num((row.get(key.replace("pageable", "pinned")) or {}).get("gbs"))
+            pinned = row.figure(key.replace("pageable", "pinned")).value
             ratio = f", {v / pinned:.0%} of pinned" if pinned else ""
-            details.append(f"GPU {row.get('index')} {key}: {v:.1f} GB/s{ratio}")
+            details.append(f"GPU {row.index} {key}: {v:.1f} GB/s{ratio}")
             if theo:
                 statuses.append(Status.WARN if v < th.pageable_warn_fraction * theo else Status.PASS)
     status = verdict_or_skip(statuses)
@@ -311,29 +307,27 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
     by_gpu: dict = {}
     lines: dict = {}
     for row in rows:
-        m = row.get("device_copy") or {}
-        if "error" in m:
+        m = row.figure("device_copy")
+        if m.error is not None:
             statuses.append(Status.ERROR)
-            details.append(f"GPU {row.get('index')}: {m['error']}")
+            details.append(f"GPU {row.index}: {m.error}")
             continue
-        v = num(m.get("gbs"))
+        v = m.value
         if v is None:
             continue
         values.append(v)
-        by_gpu[row.get("index")] = v
-        lines[row.get("index")] = len(details)
-        fig = S.copy_figure(row.get("name"), config)
+        by_gpu[row.index] = v
+        lines[row.index] = len(details)
+        fig = S.copy_figure(row.name, config)
         th = J.lines(config)
         st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE), th)
-        st, note = J.on_plateau(st, "device_copy_bytes", m.get("bytes"), th)
+        st, note = J.on_plateau(st, "device_copy_bytes", m.size, th)
         statuses.append(st)
         if fig:
             expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} GB/s, {fig.basis})"
-            details.append(
-                f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s = {frac:.0%} ({fig.source})" + note
-            )
+            details.append(f"GPU {row.index} {row.name}: {v:.0f} GB/s = {frac:.0%} ({fig.source})" + note)
         else:
-            details.append(f"GPU {row.get('index')} {row.get('name')}: {v:.0f} GB/s (unknown SKU)")
+            details.append(f"GPU {row.index} {row.name}: {v:.0f} GB/s (unknown SKU)")
     slow = _peers(by_gpu, details, lines, "GB/s", config)
     statuses += slow
     status = verdict_or_skip(statuses)

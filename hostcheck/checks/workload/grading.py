@@ -12,7 +12,8 @@ through hostcheck/thresholds.py; each function takes the effective lines (``th``
   warn within ``busbw_warn_band`` of them (Azure's band); a SKU line of gpu_skus.json fails only for a message at
   least the line's size;
 - plateau sizes (``plateau_*``): a fail measured below them is only a warning (they can only soften a verdict);
-- AMP: slower than fp32 fails, under ``amp_speedup_warn`` warns; DataLoader workers under
+- AMP: slower than fp32 fails, under ``amp_speedup_warn`` warns; GradScaler skipping more than
+  ``scaler_skipped_warn_fraction`` of the steps warns; DataLoader workers under
   ``dataloader_speedup_warn`` x num_workers=0 warn, with ``dataloader_min_cpus`` CPUs or more.
 """
 
@@ -168,13 +169,14 @@ def amp_speedup_status(speedup: float | None, th: Any = DEFAULT) -> Status | Non
     return Status.PASS
 
 
-def scaler_status(skipped: int, steps: int) -> Status:
-    """GradScaler health: stuck (every step skipped) fails, more than half skipped warns."""
+def scaler_status(skipped: int, steps: int, th: Any = DEFAULT) -> Status:
+    """GradScaler health: stuck (every step skipped) fails, more than ``scaler_skipped_warn_fraction`` (half)
+    of the steps skipped warns."""
     if steps <= 0:
         return Status.ERROR
     if skipped >= steps:
         return Status.FAIL
-    if skipped * 2 > steps:
+    if skipped > steps * th.scaler_skipped_warn_fraction:
         return Status.WARN
     return Status.PASS
 

@@ -15,8 +15,7 @@ from typing import Any
 from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, workload_check
-from hostcheck.checks.workload.training import rank_records
-from hostcheck.gather.workload import WorkloadRun, suite_section
+from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Outcome, Status, worst
 
 _HINT_P2P = (
@@ -38,35 +37,35 @@ def _nvlink(gpus: list, index: Any) -> bool | None:
 
 @workload_check("workload.E016", "GPU-to-GPU copy bandwidth, every pair", 1.0, "p2p", reads_config=True)
 def peer_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcome:
-    data, err = suite_section(run, "p2p")
-    if data is None:
-        return _f(Status.ERROR, f"GPU-to-GPU copies not measured: {err}")
-    if data.get("skipped"):
-        return _f(Status.SKIP, f"not measured: {data['skipped']}")
-    pairs = [p for p in data.get("pairs") or [] if isinstance(p, dict)]
+    data = run.p2p
+    if data.error is not None:
+        return _f(Status.ERROR, f"GPU-to-GPU copies not measured: {data.error}")
+    if data.skipped:
+        return _f(Status.SKIP, f"not measured: {data.skipped}")
+    pairs = data.pairs
     if not pairs:
         return _f(Status.ERROR, "GPU-to-GPU copies: the probe gave no pair")
-    names = {n for n in data.get("names") or [] if isinstance(n, str)}
+    names = set(data.names)
     line = S.peer_copy_line(names.pop()) if len(names) == 1 else None
     statuses: list[Status] = []
     details: list[str] = []
     rates: dict[tuple[int, int], float] = {}
     for p in pairs:
-        key = (p.get("src"), p.get("dst"))
+        key = (p.src, p.dst)
         where = f"GPU {key[0]} -> GPU {key[1]}"
-        gbs = num(p.get("gbs"))
+        gbs = p.gbs
         p2p = {
             True: "peer access on",
             False: "peer access OFF (staged through host memory)",
             None: "peer access ?",
-        }[p.get("p2p") if isinstance(p.get("p2p"), bool) else None]
-        if p.get("error") or gbs is None or gbs <= 0:
+        }[p.p2p]
+        if p.error or gbs is None or gbs <= 0:
             statuses.append(Status.ERROR)
-            details.append(f"{where}: not measured ({p.get('error') or 'no figure'})")
+            details.append(f"{where}: not measured ({p.error or 'no figure'})")
             continue
         rates[key] = gbs
         text = f"{where}: {gbs:.1f} GB/s, {p2p}"
-        if p.get("ok") is False:
+        if p.ok is False:
             statuses.append(Status.FAIL)
             details.append(text + "; the copied bytes were wrong")
             continue
@@ -122,20 +121,21 @@ def nic_loopback(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Out
         return _f(Status.SKIP, f"not run: {run.nic_loopback_skipped}")
     if not run.nic_loopback:
         return _f(Status.SKIP, "not run")
-    recs, errors, hung = rank_records(run.nic_loopback)
+    res = run.nic_loopback_results
+    recs, errors, hung = res.ranks, res.errors, res.hung
     if hung:
         return _f(Status.FAIL, "the all_reduce through the NICs hung", hint=_HINT_NIC, details=tuple(errors))
     if errors or not recs:
         return _f(Status.ERROR, "not measured: the all_reduce through the NICs failed", details=tuple(errors))
-    r0 = next((r for r in recs if r.get("rank") == 0), recs[0])
-    if not all(r.get("allreduce_ok") for r in recs):
+    r0 = next((r for r in recs if r.rank == 0), recs[0])
+    if not all(r.allreduce_ok for r in recs):
         return _f(Status.FAIL, "the all_reduce through the NICs gave a wrong sum", hint=_HINT_NIC)
-    bus = num(r0.get("busbw_gbs"))
+    bus = r0.busbw_gbs
     if bus is None:
-        return _f(Status.ERROR, f"not measured: {r0.get('bw_skipped') or 'no bus bandwidth'}")
+        return _f(Status.ERROR, f"not measured: {r0.bw_skipped or 'no bus bandwidth'}")
     active = [p for p in run.nic_ports if p.get("state") == "ACTIVE" and num(p.get("rate_gbps"))]
-    size = f"{(r0.get('bw_bytes') or 0) / 2**20:.0f} MiB"
-    msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {r0.get('world')} GPUs with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
+    size = f"{(r0.bw_bytes or 0) / 2**20:.0f} MiB"
+    msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {r0.world} GPUs with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
     if not active:
         return _f(
             Status.SKIP,

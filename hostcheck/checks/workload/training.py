@@ -8,28 +8,32 @@ from typing import Any
 
 from hostcheck.checks.workload import grading as J
 from hostcheck.checks.workload import sku as S
-from hostcheck.checks.workload.common import _f, link_int, num, verdict_or_skip, workload_check
-from hostcheck.gather.workload import WorkloadRun, started, suite_run_for, suite_section
+from hostcheck.checks.workload.common import _f, link_int, verdict_or_skip, workload_check
+from hostcheck.gather.suite import AmpRun
+from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Outcome, Status, worst
 
 
-@workload_check("workload.E009", "AMP training step numerics", 2.0, "amp")
-def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
-    data, err = suite_section(run, "amp")
-    if data is None:
-        return _f(Status.ERROR, f"AMP step not run: {err}")
+@workload_check("workload.E009", "AMP training step numerics", 2.0, "amp", reads_config=True)
+def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
+    data = run.amp
+    if data.error is not None:
+        return _f(Status.ERROR, f"AMP step not run: {data.error}")
     statuses, details, bad = [], [], []
-    for kind, modes in (data.get("models") or {}).items():
+    for kind, modes in data.models.items():
         for mode, r in modes.items():
-            if "error" in r:
+            if r.error is not None:
                 statuses.append(Status.ERROR)
-                bad.append(f"{kind} {mode}: raised {r['error']}")
+                bad.append(f"{kind} {mode}: raised {r.error}")
                 continue
-            st, why = J.loss_numerics(r.get("losses") or [])
+            if r.losses is None:
+                st, why = Status.ERROR, "a loss that is no number recorded"
+            else:
+                st, why = J.loss_numerics(r.losses)
             if mode == "fp16":
-                sst = J.scaler_status(int(r.get("skipped") or 0), int(r.get("steps") or 0))
+                sst = J.scaler_status(r.skipped or 0, r.steps or 0, J.lines(config))
                 if sst != Status.PASS:
-                    why += f"; GradScaler skipped {r.get('skipped')} of {r.get('steps')} steps"
+                    why += f"; GradScaler skipped {r.skipped} of {r.steps} steps"
                     st = worst([st, sst])
             statuses.append(st)
             line = f"{kind} {mode}: {why}"
@@ -38,7 +42,7 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
                 bad.append(line)
     status = verdict_or_skip(statuses)
     if status == Status.PASS:
-        msg = f"finite losses that fall, GradScaler healthy ({len(statuses)} model/precision runs, {data.get('device')})"
+        msg = f"finite losses that fall, GradScaler healthy ({len(statuses)} model/precision runs, {data.device})"
     elif status == Status.SKIP:
         msg = "no AMP runs recorded"
     else:
@@ -55,27 +59,26 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 @workload_check("workload.E010", "AMP speedup", 1.0, "amp", reads_config=True)
 def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
     th = J.lines(config)
-    data, err = suite_section(run, "amp")
-    if data is None:
-        return _f(Status.ERROR, f"AMP step not run: {err}")
+    data = run.amp
+    if data.error is not None:
+        return _f(Status.ERROR, f"AMP step not run: {data.error}")
     speedups, details = {}, []
-    for kind, modes in (data.get("models") or {}).items():
-        base = num((modes.get("fp32") or {}).get("per_s"))
+    none = AmpRun()
+    for kind, modes in data.models.items():
+        base = modes.get("fp32", none).per_s
         best = None
         for mode in ("fp16", "bf16"):
-            v = num((modes.get(mode) or {}).get("per_s"))
+            v = modes.get(mode, none).per_s
             if base and v:
                 sp = v / base
-                details.append(
-                    f"{kind} {mode}: {v:.1f} vs fp32 {base:.1f} {modes[mode].get('unit', '')} = {sp:.2f}x"
-                )
+                details.append(f"{kind} {mode}: {v:.1f} vs fp32 {base:.1f} {modes[mode].unit} = {sp:.2f}x")
                 if best is None or sp > best[0]:
                     best = (sp, mode)
         if best:
             speedups[kind] = best
     if not speedups:
         return _f(Status.ERROR, "no AMP timing recorded", details=tuple(details))
-    if data.get("conv_tf32"):
+    if data.conv_tf32:
         # torch's default, which a training job gets too; the transformer's fp32 matmuls stay IEEE.
         details.append(
             "the CNN's fp32 baseline runs its convolutions in TF32 (cudnn.allow_tf32, torch's default)"
@@ -112,26 +115,25 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) 
 
 @workload_check("workload.E011", "DataLoader throughput", 1.0, "dataloader", reads_config=True)
 def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
-    data, err = suite_section(run, "dataloader")
-    if data is None:
-        return _f(Status.ERROR, f"DataLoader probe not run: {err}")
-    results = data.get("results") or {}
+    data = run.dataloader
+    if data.error is not None:
+        return _f(Status.ERROR, f"DataLoader probe not run: {data.error}")
     details, errors = [], []
-    for w, r in sorted(results.items(), key=lambda kv: int(kv[0])):
-        if "error" in r:
-            errors.append(f"num_workers={w}: {r['error']}")
+    for r in data.runs:
+        if r.error is not None:
+            errors.append(f"num_workers={r.workers}: {r.error}")
             details.append(errors[-1])
         else:
             details.append(
-                f"num_workers={w}: {r.get('ips', 0):.0f} img/s (first epoch {r.get('first_epoch_s', 0):.2f} s)"
+                f"num_workers={r.workers}: {r.ips or 0:.0f} img/s (first epoch {r.first_epoch_s or 0:.2f} s)"
             )
-    best, best_ips, zero = data.get("best_workers"), num(data.get("best_ips")), num(data.get("zero_ips"))
+    best, best_ips, zero = data.best_workers, data.best_ips, data.zero_ips
     settings = (
-        f"num_workers={best}, pin_memory={data.get('pin_memory')}, persistent_workers=True, "
-        f"prefetch_factor={data.get('prefetch_factor')}"
+        f"num_workers={best}, pin_memory={data.pin_memory}, persistent_workers=True, "
+        f"prefetch_factor={data.prefetch_factor}"
     )
     if errors:
-        shm = data.get("shm_bytes")
+        shm = data.shm_bytes
         shm_s = f"/dev/shm is {shm / 2**20:.0f} MiB; " if isinstance(shm, int) else ""
         return _f(
             Status.FAIL,
@@ -143,13 +145,13 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -
             "(containers default to 64 MiB: docker --shm-size / --ipc=host) or too little memory",
             details=tuple(details),
         )
-    st = J.dataloader_status(best_ips, zero, int(data.get("cpus") or 0), J.lines(config))
+    st = J.dataloader_status(best_ips, zero, data.cpus or 0, J.lines(config))
     if best_ips is None:
         return _f(Status.ERROR, "DataLoader measured nothing", details=tuple(details))
     gain = f", {best_ips / zero:.2f}x num_workers=0" if zero and best else ""
     if best == 0:
-        settings = f"num_workers=0 (no worker count beat it), pin_memory={data.get('pin_memory')}"
-    msg = f"{best_ips:.0f} img/s with {settings}{gain} ({data.get('crop')} px crops, {data.get('cpus')} CPUs)"
+        settings = f"num_workers=0 (no worker count beat it), pin_memory={data.pin_memory}"
+    msg = f"{best_ips:.0f} img/s with {settings}{gain} ({data.crop} px crops, {data.cpus} CPUs)"
     if st is None:
         return _f(
             Status.PASS,
@@ -175,36 +177,6 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -
     )
 
 
-def _ddp_records(run: WorkloadRun) -> tuple[list[dict], list[str], bool]:
-    """(per-rank data, errors, any timed out) from wherever the DDP probe ran."""
-    recs, errors, hung = [], [], False
-    if run.ddp_mode == "in-suite":
-        data, err = suite_section(run, "ddp")
-        if data is None:
-            errors.append(err or "no result")
-            where = suite_run_for(run, "ddp")
-            hung = bool(where and where.timed_out and started(where, "ddp"))
-        else:
-            recs.append(data)
-        return recs, errors, hung
-    return rank_records(run.ddp)
-
-
-def rank_records(runs: tuple) -> tuple[list[dict], list[str], bool]:
-    """(per-rank data, errors, any timed out) of ranks launched one process each (the DDP check, the all_reduce
-    through the NICs)."""
-    recs, errors, hung = [], [], False
-    crashed = any(r.error and not r.timed_out for r in runs)
-    for r in runs:
-        hung = hung or (r.timed_out and not crashed)  # peers killed after a crash did not hang on their own
-        d = next((x for x in reversed(r.records) if x.get("probe") == "ddp_worker" and x.get("ok")), None)
-        if d is not None:
-            recs.append(d.get("data") or {})
-        if r.error:
-            errors.append(f"{r.name}: {r.error}")
-    return recs, errors, hung
-
-
 _HINT_NCCL = (
     "re-run with NCCL_DEBUG=INFO; check that every GPU is visible (CUDA_VISIBLE_DEVICES), peer access "
     "(nvidia-smi topo -m), the NVIDIA fabric manager on NVSwitch systems, and ACS/IOMMU settings "
@@ -216,17 +188,18 @@ _HINT_NCCL = (
 def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.ddp_mode:
         return _f(Status.SKIP, "DDP probe not run")
-    recs, errors, hung = _ddp_records(run)
+    res = run.ddp_results
+    recs, errors, hung = res.ranks, res.errors, res.hung
     if errors or not recs:
         why = "; ".join(errors)[:500] or "no rank reported"
         msg = ("DDP hung: " if hung else "DDP failed: ") + why
         return _f(Status.FAIL if hung else Status.ERROR, msg, hint=_HINT_NCCL)
-    world = int(recs[0].get("world") or len(recs))
-    backend = recs[0].get("backend")
-    bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
+    world = recs[0].world or len(recs)
+    backend = recs[0].backend
+    bad = [r for r in recs if not (r.allreduce_ok and r.ddp_ok)]
     details = tuple(
-        f"rank {r.get('rank')}: all_reduce sum {r.get('allreduce_value')} (want {world}), DDP step loss "
-        f"{r.get('ddp_loss')}, param max diff {r.get('ddp_param_maxdiff')}, init {r.get('init_s')} s"
+        f"rank {r.rank}: all_reduce sum {r.allreduce_value} (want {world}), DDP step loss "
+        f"{r.ddp_loss}, param max diff {r.ddp_param_maxdiff}, init {r.init_s} s"
         for r in recs
     )
     if bad:
@@ -255,15 +228,15 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
     th = J.lines(config)
     if not run.ddp_mode:
         return _f(Status.SKIP, "DDP probe not run")
-    recs, errors, _ = _ddp_records(run)
+    recs, errors = run.ddp_results.ranks, run.ddp_results.errors
     if errors or not recs:
         return _f(Status.ERROR, "not measured: the DDP probe failed")
-    world = int(recs[0].get("world") or len(recs))
-    backend = recs[0].get("backend")
-    r0 = next((r for r in recs if r.get("rank") == 0), recs[0])
-    bus = num(r0.get("busbw_gbs"))
-    alg = num(r0.get("algbw_gbs"))
-    size = f"{(r0.get('bw_bytes') or 0) / 2**20:.0f} MiB"
+    world = recs[0].world or len(recs)
+    backend = recs[0].backend
+    r0 = next((r for r in recs if r.rank == 0), recs[0])
+    bus = r0.busbw_gbs
+    alg = r0.algbw_gbs
+    size = f"{(r0.bw_bytes or 0) / 2**20:.0f} MiB"
     if backend != "nccl":
         return _f(
             Status.SKIP,
@@ -289,7 +262,7 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
     floor = J.busbw_floor(nvlink, th)
     names = {g.name for g in gpus[:world] if isinstance(getattr(g, "name", None), str)}
     line = S.allreduce_line(names.pop(), world) if len(names) == 1 and len(gpus) >= world else None
-    nbytes = r0.get("bw_bytes") if isinstance(r0.get("bw_bytes"), int) else None
+    nbytes = r0.bw_bytes
     inter = {True: "NVLink", False: "PCIe", None: "interconnect unknown"}[nvlink]
     msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {world} GPUs ({inter}; algbw {alg:.1f} GB/s)"
     if line is None:
@@ -318,19 +291,10 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
 def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     if not run.multinode_requested:
         return _f(Status.SKIP, "not requested (give --nnodes and --rdzv-endpoint)")
-    recs, errors = [], []
-    for r in run.multinode:
-        recs += [x.get("data") or {} for x in r.records if x.get("probe") == "ddp_worker" and x.get("ok")]
-        # A local rank that raised says why in its record; torchrun's own error only says that it failed.
-        errors += [
-            f"rank error: {x.get('error')}"
-            for x in r.records
-            if x.get("probe") == "ddp_worker" and x.get("ok") is False
-        ]
-        if r.error:
-            errors.append(r.error)
+    res = run.multinode_results
+    recs, errors = res.ranks, res.errors
     if errors or not recs:
-        hung = any(r.timed_out for r in run.multinode)
+        hung = res.hung
         return _f(
             Status.FAIL if hung else Status.ERROR,
             "multi-node DDP "
@@ -341,13 +305,11 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
             # torchrun's own report (which rank failed, and why) is in its stderr.
             details=tuple(ln for r in run.multinode for ln in r.stderr_tail.splitlines() if ln.strip()),
         )
-    bad = [r for r in recs if not (r.get("allreduce_ok") and r.get("ddp_ok"))]
-    world = recs[0].get("world")
-    r0 = next((r for r in recs if r.get("rank") == 0), None)
-    bw = f"; busbw {r0['busbw_gbs']:.1f} GB/s" if r0 and num(r0.get("busbw_gbs")) is not None else ""
-    details = tuple(
-        f"rank {r.get('rank')}: all_reduce {r.get('allreduce_value')}, ddp_ok {r.get('ddp_ok')}" for r in recs
-    )
+    bad = [r for r in recs if not (r.allreduce_ok and r.ddp_ok)]
+    world = recs[0].world
+    r0 = next((r for r in recs if r.rank == 0), None)
+    bw = f"; busbw {r0.busbw_gbs:.1f} GB/s" if r0 and r0.busbw_gbs is not None else ""
+    details = tuple(f"rank {r.rank}: all_reduce {r.allreduce_value}, ddp_ok {r.ddp_ok}" for r in recs)
     if bad:
         return _f(
             Status.FAIL,
@@ -357,7 +319,7 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     return _f(
         Status.PASS,
         f"world {world}: {len(recs)} local rank(s) correct{bw}",
-        value=num(r0.get("busbw_gbs")) if r0 else None,
+        value=r0.busbw_gbs if r0 else None,
         unit="GB/s",
         details=details,
     )
@@ -369,23 +331,18 @@ def burn(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outc
     if not run.burn_requested:
         return _f(Status.SKIP, "not requested (--burn SECONDS)")
     b = run.burn
-    rec = (
-        next((x for x in reversed(b.records) if x.get("probe") == "burn" and x.get("ok")), None)
-        if b
-        else None
-    )
-    if rec is None:
+    result = run.burn_result
+    if result is None:
         why = b.error if b else "not run"
         return _f(Status.FAIL if b and b.timed_out else Status.ERROR, f"burn did not finish: {why}")
     statuses, details = [], []
-    for g in (rec.get("data") or {}).get("gpus") or []:
-        first, last, lo = num(g.get("tflops_first")), num(g.get("tflops_last")), num(g.get("tflops_min"))
-        med = num(g.get("tflops_median"))
+    for g in result.rows:
+        first, last, lo, med = g.first, g.last, g.lowest, g.median
         st = Status.PASS
         notes = []
-        if g.get("mismatches") or not g.get("finite", True):
+        if g.mismatches or not g.finite:
             st = Status.FAIL
-            notes.append(f"{g.get('mismatches')} result mismatch(es): the same product changed")
+            notes.append(f"{g.mismatches} result mismatch(es): the same product changed")
         if med and lo is not None and lo < dip * med and st == Status.PASS:
             st = Status.WARN
             notes.append(f"throughput dipped below {dip:.0%} of its median (throttling?)")
@@ -396,14 +353,14 @@ def burn(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outc
         med_s = f"{med:.0f}" if med is not None else "?"
         lo_s = f"{lo:.0f}" if lo is not None else "?"
         details.append(
-            f"{g.get('device')}: median {med_s} TFLOP/s, min {lo_s}, {g.get('windows')} windows; "
+            f"{g.device}: median {med_s} TFLOP/s, min {lo_s}, {g.windows} windows; "
             + ("; ".join(notes) or "stable")
         )
     status = verdict_or_skip(statuses)
-    secs = (rec.get("data") or {}).get("seconds")
+    secs = f"{result.seconds:g}" if result.seconds is not None else "?"
     return _f(
         status,
-        f"{secs:g} s of matmul stress: " + ("stable" if status == Status.PASS else "; ".join(details))[:400],
+        f"{secs} s of matmul stress: " + ("stable" if status == Status.PASS else "; ".join(details))[:400],
         details=tuple(details),
         hint="look at nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER during a burn; a result mismatch needs the "
         "GPU replaced or RMA'd"
