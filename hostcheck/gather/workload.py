@@ -52,7 +52,6 @@ from hostcheck.gather.suite import (
     suite_run_for,
     suite_section,
 )
-from hostcheck.gather.suite import section as section  # the tests read a section as the checks' gatherer does
 
 #: The module of hostcheck.inside the children run.
 PROBES = "workload"

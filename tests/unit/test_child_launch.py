@@ -14,7 +14,7 @@ import pytest
 
 from hostcheck.child import launch as runner
 from hostcheck.child.launch import MARKER, parse_records, run_child, run_children
-from hostcheck.gather import workload as api
+from hostcheck.gather.suite import section as read_section
 
 
 def script(tmp_path, name: str, body: str) -> list[str]:
@@ -57,10 +57,10 @@ def test_hung_child_is_killed_at_its_timeout_and_keeps_what_it_printed(tmp_path)
     assert r.timed_out and not r.ok
     assert "timed out after 1 s" in r.error
     assert [x["probe"] for x in r.records] == ["matmul", "amp"]
-    assert api.section(r, "matmul") == ({}, None)
-    data, why = api.section(r, "amp")
+    assert read_section(r, "matmul") == ({}, None)
+    data, why = read_section(r, "amp")
     assert data is None and "timed out" in why and "during amp" in why
-    data, why = api.section(r, "dataloader")
+    data, why = read_section(r, "dataloader")
     assert data is None and "before dataloader" in why
 
 

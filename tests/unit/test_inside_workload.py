@@ -13,6 +13,7 @@ from workload_runs import judge_one, judge_workload  # noqa: E402
 
 from hostcheck.checks.workload import grading as J  # noqa: E402
 from hostcheck.gather import workload as api  # noqa: E402
+from hostcheck.gather.suite import section as read_section  # noqa: E402
 from hostcheck.inside import workload as probes  # noqa: E402
 from hostcheck.registry import Status  # noqa: E402
 
@@ -84,7 +85,7 @@ def test_the_whole_default_run_on_cpu_end_to_end_with_a_real_two_process_gloo_dd
         assert d["allreduce_value"] == [2.0, 2.0] and d["ddp_param_maxdiff"] == 0.0
         assert d["busbw_gbs"] == pytest.approx(d["algbw_gbs"])  # 2(n-1)/n = 1 for n = 2
     # The AMP probe trained both models in fp32 and bf16 autocast: finite losses that fall.
-    amp, err = api.section(run.suite, "amp")
+    amp, err = read_section(run.suite, "amp")
     assert err is None and set(amp["models"]) == {"cnn", "transformer"}
     for kind, modes in amp["models"].items():
         assert set(modes) == {"fp32", "bf16", "fp16"}, kind
