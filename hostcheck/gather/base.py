@@ -124,6 +124,25 @@ def _read_bounded(p: subprocess.Popen, timeout: float, limit: int) -> tuple[byte
     return b"".join(bufs[p.stdout.fileno()]), b"".join(bufs[p.stderr.fileno()])
 
 
+def list_dir(path: str, limit: int | None = None) -> list[str] | Unavailable:
+    """The names in a folder, sorted (at most ``limit`` of them, read in the folder's order), or why not: the one
+    folder reader of the sysfs/procfs gatherers."""
+    try:
+        with os.scandir(path) as it:
+            names = []
+            for entry in it:
+                names.append(entry.name)
+                if limit is not None and len(names) >= limit:
+                    break
+        return sorted(names)
+    except FileNotFoundError:
+        return Unavailable(NOT_FOUND, f"{path} does not exist")
+    except PermissionError:
+        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
+    except OSError as exc:  # a loop, a file where a folder should be
+        return Unavailable(NOT_FOUND, f"{path}: {exc.strerror or exc}")
+
+
 def read_text(path: str, limit: int = 1 << 20, strict: bool = False) -> str | Unavailable:
     """A file's text through the one reader (hostcheck.infile). ``strict=False`` (kernel files): at most
     ``limit`` bytes, bad bytes replaced; ``strict=True`` (a file someone else wrote: an environment file): a

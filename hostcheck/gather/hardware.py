@@ -22,11 +22,11 @@ from typing import Any
 
 from hostcheck.gather.base import (
     HOST_ROOT,
-    NO_PERMISSION,
     NOT_FOUND,
     NOT_INSTALLED,
     Runner,
     Unavailable,
+    list_dir,
     read_text,
     run_cmd,
     under,
@@ -101,23 +101,12 @@ def _int(text: Any) -> int | None:
     return int(t) if t.isdigit() and len(t) < 20 else None
 
 
-def _listdir(path: str) -> list[str] | Unavailable:
-    try:
-        return sorted(os.listdir(path))
-    except FileNotFoundError:
-        return Unavailable(NOT_FOUND, f"{path} does not exist")
-    except PermissionError:
-        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
-    except OSError as exc:
-        return Unavailable(NOT_FOUND, f"{path}: {exc.strerror or exc}")
-
-
 # --- EDAC -----------------------------------------------------------------------------------------------
 
 
 def read_edac(root: str) -> tuple[MemoryController, ...] | Unavailable:
     base = under(root, EDAC_MC)
-    names = _listdir(base)
+    names = list_dir(base)
     if isinstance(names, Unavailable):
         if names.kind == NOT_FOUND:
             return Unavailable(NOT_FOUND, f"no EDAC driver loaded ({base} does not exist)")
@@ -160,7 +149,7 @@ def pci_kind(dev_dir: str) -> str | None:
 
 def read_aer(root: str) -> tuple[PciAer, ...] | Unavailable:
     base = under(root, PCI_DEVICES)
-    names = _listdir(base)
+    names = list_dir(base)
     if isinstance(names, Unavailable):
         return names
     out = []
@@ -211,14 +200,14 @@ def parse_switches(status: str) -> int | None:
 
 def read_blocked(root: str) -> tuple[BlockedTask, ...] | Unavailable:
     proc = under(root, "proc")
-    pids = _listdir(proc)
+    pids = list_dir(proc)
     if isinstance(pids, Unavailable):
         return pids
     tasks: list[tuple[str, str, str]] = []  # (pid, tid, folder), at most MAX_TASKS
     for pid in pids:
         if not pid.isdigit():
             continue
-        tids = _listdir(os.path.join(proc, pid, "task"))
+        tids = list_dir(os.path.join(proc, pid, "task"))
         if isinstance(
             tids, Unavailable
         ):  # a process gone meanwhile, or a tree without task/: its main thread

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from hostcheck.gather.base import NO_PERMISSION, NOT_FOUND, Unavailable, read_text
+from hostcheck.gather.base import NOT_FOUND, Unavailable, list_dir, read_text
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind, under
 from hostcheck.gather.rdma import read_devices
 
@@ -87,23 +87,6 @@ class NodeInventory:
     gpus: tuple[GpuId, ...] | Unavailable = NOT_READ
 
 
-def _listdir(path: str) -> list[str] | Unavailable:
-    try:
-        with os.scandir(path) as it:
-            names = []
-            for entry in it:
-                names.append(entry.name)
-                if len(names) >= MAX_ENTRIES:
-                    break
-        return sorted(names)
-    except FileNotFoundError:
-        return Unavailable(NOT_FOUND, f"{path} does not exist")
-    except PermissionError:
-        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
-    except OSError as exc:
-        return Unavailable(NOT_FOUND, f"{path}: {exc.strerror or exc}")
-
-
 def _text(path: str, limit: int = 256) -> str | None:
     t = read_text(path, limit)
     return t.strip() if isinstance(t, str) else None
@@ -168,7 +151,7 @@ def read_memory(root: str) -> int | Unavailable:
 
 def read_numa(root: str) -> tuple[str, ...] | Unavailable:
     base = under(root, "sys/devices/system/node")
-    names = _listdir(base)
+    names = list_dir(base, MAX_ENTRIES)
     if isinstance(names, Unavailable):
         return names
     nodes = sorted((int(n[4:]), n) for n in names if re.fullmatch(r"node\d{1,4}", n))
@@ -186,7 +169,7 @@ def read_numa(root: str) -> tuple[str, ...] | Unavailable:
 
 def read_nvme(root: str) -> tuple[NvmeDrive, ...] | Unavailable:
     base = under(root, "sys/class/nvme")
-    names = _listdir(base)
+    names = list_dir(base, MAX_ENTRIES)
     if isinstance(names, Unavailable):
         # No NVMe driver loaded, or a node without NVMe: none.
         return () if names.kind == NOT_FOUND else names
@@ -197,7 +180,7 @@ def read_nvme(root: str) -> tuple[NvmeDrive, ...] | Unavailable:
         d = os.path.join(base, name)
         model = _text(os.path.join(d, "model")) or ""
         sectors = 0
-        entries = _listdir(d)
+        entries = list_dir(d, MAX_ENTRIES)
         for ns in entries if isinstance(entries, list) else []:
             # A namespace: nvme0n1, or nvme0c0n1 under native multipath.
             if re.fullmatch(rf"{name}(?:c\d+)?n\d+", ns):
@@ -211,7 +194,7 @@ def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
     IPoIB interfaces are left out: their port is counted under RDMA. (The fabric gatherer reads more of each
     port; this small reader can move there.)"""
     base = under(root, "sys/class/net")
-    names = _listdir(base)
+    names = list_dir(base, MAX_ENTRIES)
     if isinstance(names, Unavailable):
         return names
     out = []
@@ -252,7 +235,7 @@ def parse_link_speed(text: str | None) -> float | None:
 def read_links(root: str) -> tuple[PciLink, ...] | Unavailable:
     """The PCIe link of every GPU and NIC function (the devices system.E009 reads AER counters of)."""
     base = under(root, PCI_DEVICES)
-    names = _listdir(base)
+    names = list_dir(base, MAX_ENTRIES)
     if isinstance(names, Unavailable):
         return names
     out = []

@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass, field
 
 from hostcheck import infile
-from hostcheck.gather.base import HOST_ROOT, NO_PERMISSION, NOT_FOUND, Unavailable, read_text, under
+from hostcheck.gather.base import HOST_ROOT, Unavailable, list_dir, read_text, under
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind
 from hostcheck.gather.state import CounterState
 
@@ -211,17 +211,6 @@ def nccl_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
 # --- reading --------------------------------------------------------------------------------------------
 
 
-def _listdir(path: str) -> list[str] | Unavailable:
-    try:
-        return sorted(os.listdir(path))
-    except FileNotFoundError:
-        return Unavailable(NOT_FOUND, f"{path} does not exist")
-    except PermissionError:
-        return Unavailable(NO_PERMISSION, f"{path} not readable (run as root)")
-    except OSError as exc:  # a loop, a file where a folder should be
-        return Unavailable(NOT_FOUND, f"{path}: {exc.strerror or exc}")
-
-
 def _text(path: str, limit: int = 256) -> str:
     t = read_text(path, limit)
     return t.strip() if isinstance(t, str) else ""
@@ -235,7 +224,7 @@ def _link_name(path: str) -> str | None:
 
 
 def _counters(folder: str) -> dict[str, int]:
-    names = _listdir(folder)
+    names = list_dir(folder)
     out: dict[str, int] = {}
     for n in names[:MAX_COUNTERS] if isinstance(names, list) else ():
         if re.fullmatch(r"[A-Za-z0-9_]{1,64}", n):
@@ -264,7 +253,7 @@ def read_port(dev_dir: str, device: str, port: str) -> RdmaPort:
 
 def read_devices(root: str) -> tuple[RdmaDevice, ...] | Unavailable:
     base = under(root, IB_CLASS)
-    names = _listdir(base)
+    names = list_dir(base)
     if isinstance(names, Unavailable):
         return names
     out = []
@@ -273,8 +262,8 @@ def read_devices(root: str) -> tuple[RdmaDevice, ...] | Unavailable:
             continue
         d = os.path.join(base, name)
         pci = _link_name(os.path.join(d, "device"))
-        ports = _listdir(os.path.join(d, "ports"))
-        nets = _listdir(os.path.join(d, "device", "net"))
+        ports = list_dir(os.path.join(d, "ports"))
+        nets = list_dir(os.path.join(d, "device", "net"))
         out.append(
             RdmaDevice(
                 name=name,
@@ -307,7 +296,7 @@ def read_path(root: str, address: str, kind: str) -> PciPath | None:
 
 def read_gpu_paths(root: str) -> tuple[PciPath, ...]:
     base = under(root, PCI_DEVICES)
-    names = _listdir(base)
+    names = list_dir(base)
     out = []
     for dev in (names if isinstance(names, list) else [])[:4096]:
         if BDF_RE.fullmatch(dev) and pci_kind(os.path.join(base, dev)) == "GPU":
@@ -339,7 +328,7 @@ def read_gpudirect(root: str) -> GpuDirect:
 
 def read_netifs(root: str) -> dict[str, str] | Unavailable:
     base = under(root, NET_CLASS)
-    names = _listdir(base)
+    names = list_dir(base)
     if isinstance(names, Unavailable):
         return names
     return {n[:32]: _text(os.path.join(base, n, "operstate"), 32) or "unknown" for n in names[:256]}
