@@ -124,6 +124,14 @@ def _read_bounded(p: subprocess.Popen, timeout: float, limit: int) -> tuple[byte
     return b"".join(bufs[p.stdout.fileno()]), b"".join(bufs[p.stderr.fileno()])
 
 
+def parse_counter(text: Any) -> int | None:
+    """A sysfs counter file's text ("42\\n") as an int; None for anything else (a sign, garbage, 20 digits or more)."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    return int(t) if t.isdigit() and len(t) < 20 else None
+
+
 def list_dir(path: str, limit: int | None = None) -> list[str] | Unavailable:
     """The names in a folder, sorted (at most ``limit`` of them, read in the folder's order), or why not: the one
     folder reader of the sysfs/procfs gatherers."""

@@ -18,7 +18,6 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from hostcheck.gather.base import (
     HOST_ROOT,
@@ -27,6 +26,7 @@ from hostcheck.gather.base import (
     Runner,
     Unavailable,
     list_dir,
+    parse_counter,
     read_text,
     run_cmd,
     under,
@@ -94,13 +94,6 @@ class HardwareSnapshot:
     taken_at: float = 0.0
 
 
-def _int(text: Any) -> int | None:
-    if not isinstance(text, str):
-        return None
-    t = text.strip()
-    return int(t) if t.isdigit() and len(t) < 20 else None
-
-
 # --- EDAC -----------------------------------------------------------------------------------------------
 
 
@@ -118,7 +111,7 @@ def read_edac(root: str) -> tuple[MemoryController, ...] | Unavailable:
         counts: list[int | Unavailable] = []
         for f in ("ce_count", "ue_count"):
             text = read_text(os.path.join(base, name, f), 64)
-            n = _int(text)
+            n = parse_counter(text)
             counts.append(n if n is not None else Unavailable(NOT_FOUND, f"{name}/{f} unreadable"))
         out.append(MemoryController(name, counts[0], counts[1]))
     return tuple(out)

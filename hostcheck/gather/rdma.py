@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass, field
 
 from hostcheck import infile
-from hostcheck.gather.base import HOST_ROOT, Unavailable, list_dir, read_text, under
+from hostcheck.gather.base import HOST_ROOT, Unavailable, list_dir, parse_counter, read_text, under
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind
 from hostcheck.gather.state import CounterState
 
@@ -148,11 +148,6 @@ def parse_rate(text: str) -> float | None:
     """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5; garbage -> None."""
     m = re.match(r"\s*(\d{1,5}(?:\.\d{1,3})?) Gb/sec\b", text)
     return float(m.group(1)) if m else None
-
-
-def parse_counter(text: str) -> int | None:
-    t = text.strip()
-    return int(t) if t.isdigit() and len(t) < 20 else None
 
 
 def parse_numa(text: str) -> int | None:
