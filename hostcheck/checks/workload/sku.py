@@ -189,6 +189,21 @@ class AllReduceLine:
     source: str
 
 
+def _provenance(row: dict[str, Any], where: str) -> None:
+    """A line's basis, source and why, as every SKU line block states them; ValueError naming the row."""
+    _need(row.get("basis") in ("public", "own"), where, "basis must be public or own")
+    _need(
+        _text(row.get("source")) and _text(row.get("why")),
+        where,
+        "source and why must say where and why",
+    )
+    _need(
+        row["basis"] != "public" or str(row["source"]).startswith("https://"),
+        where,
+        "a public line names its public source (https://...)",
+    )
+
+
 def _allreduce(path: Path, keys: set[str]) -> dict[tuple[str, int], AllReduceLine]:
     """The data file's all_reduce lines by (SKU key, GPU count); ValueError naming the row."""
     try:
@@ -216,17 +231,7 @@ def _allreduce(path: Path, keys: set[str]) -> dict[tuple[str, int], AllReduceLin
                 where,
                 "bytes must be a positive integer",
             )
-            _need(row.get("basis") in ("public", "own"), where, "basis must be public or own")
-            _need(
-                _text(row.get("source")) and _text(row.get("why")),
-                where,
-                "source and why must say where and why",
-            )
-            _need(
-                row["basis"] != "public" or str(row["source"]).startswith("https://"),
-                where,
-                "a public line names its public source (https://...)",
-            )
+            _provenance(row, where)
             key = (row["sku"], g)
             _need(key not in out, where, "duplicate SKU and GPU count")
             out[key] = AllReduceLine(row["sku"], g, float(row["busbw_gbs"]), b, row["basis"], row["source"])
@@ -317,17 +322,7 @@ def _peer_copy(path: Path, keys: set[str]) -> dict[str, PeerCopyLine]:
             _need(_positive(row.get("gbs")), where, "gbs must be a positive number")
             band = row.get("warn_band", 1.0)
             _need(_positive(band) and band >= 1.0, where, "warn_band must be a number >= 1")
-            _need(row.get("basis") in ("public", "own"), where, "basis must be public or own")
-            _need(
-                _text(row.get("source")) and _text(row.get("why")),
-                where,
-                "source and why must say where and why",
-            )
-            _need(
-                row["basis"] != "public" or str(row["source"]).startswith("https://"),
-                where,
-                "a public line names its public source (https://...)",
-            )
+            _provenance(row, where)
             _need(row["sku"] not in out, where, "duplicate SKU")
             out[row["sku"]] = PeerCopyLine(
                 row["sku"], float(row["gbs"]), float(band), row["basis"], row["source"]
