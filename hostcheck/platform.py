@@ -193,6 +193,11 @@ def min_driver(data: dict, cuda: Any, policy: str = "compat") -> str:
     return str(data["cuda_major"].get(major, {}).get("min_driver_compat", ""))
 
 
+def _at_least(need: str) -> str:
+    """'>= 610.43.02', or for a bare branch (CUDA 13.4's release notes name R615, no version) 'of branch 615 or later'."""
+    return f"of branch {need} or later" if re.fullmatch(r"\d+", need) else f">= {need}"
+
+
 def driver_satisfies(driver: Any, required: Any) -> bool:
     """A driver version, or a bare branch ('580' = the newest of the branch), against a minimum."""
     if re.fullmatch(r"\s*\d+\s*", str(driver or "")):
@@ -337,7 +342,7 @@ def _variant_fits(data: dict, row: dict, tag: str, gpus: list[dict], driver: str
     cuda = cuda_normalize(tag)
     need = min_driver(data, cuda, policy)
     if driver and need and not driver_satisfies(driver, need):
-        why.append(f"{tag} needs driver >= {need}")
+        why.append(f"{tag} needs driver {_at_least(need)}")
     archs = row["variants"][tag].get("sm", [])
     for g in gpus:
         if g["sm"] and archs and g["sm"] not in archs:
@@ -847,7 +852,7 @@ def stage_cuda(p: Planning) -> bool:
         to = branch_to_move_to(data, [data["archs"].get(g["arch"], {}) for g in p.found], p.today, need)
         runs = [v for v in known if driver_satisfies(judged, min_driver(data, v, policy))]
         errors.append(
-            f"CUDA {want} needs driver >= {need}; the driver is {judged}: "
+            f"CUDA {want} needs driver {_at_least(need)}; the driver is {judged}: "
             + " or ".join(
                 ([f"set gpunode_driver_branch: {to}"] if to else [])
                 + ([f"gpunode_cuda_version: {runs[-1]}"] if runs else [])

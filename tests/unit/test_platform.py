@@ -496,18 +496,40 @@ def test_cuda_13_rows_hold_their_own_release_notes_driver():
         "13.1": "590.44.01",
         "13.2": "595.45.04",
         "13.3": "610.43.02",
+        # From 13.4 the notes name a branch (the toolkit bundles no Linux driver): R615, any 615 driver or later.
+        "13.4": "615",
     }
 
 
-@pytest.mark.parametrize("version", ["13.4", "13.5"])
+def test_cuda_13_4_is_held_to_its_release_notes_branch():
+    # Old plan: 13.4 was refused for want of a row (before that, planned from the 13.0 row's driver).
+    # Minor-version compatibility (the default policy) runs it on >= 580, as its notes say.
+    ok(plan(driver={"branch": "580"}, cuda={"version": "13.4"}, today=TODAY))
+    # The toolkit policy holds it to R615: a 610 driver is refused, naming the supported branch to move to.
+    text = refused(
+        plan(driver={"branch": "610"}, torch={"policy": "toolkit"}, cuda={"version": "13.4"}, today=TODAY),
+        "CUDA 13.4 needs driver of branch 615 or later; the driver is 610",
+    )
+    assert "gpunode_driver_branch: 620" in text and "gpunode_cuda_version: 13.3" in text
+    # Absent the fault: a 615 or 620 driver (a branch or a whole version) meets it.
+    for branch in ("615", "620", "615.71.09"):
+        ok(
+            plan(
+                driver={"branch": branch}, torch={"policy": "toolkit"}, cuda={"version": "13.4"}, today=TODAY
+            )
+        )
+    assert not pf.driver_satisfies("610.57.04", "615") and pf.driver_satisfies("615.71.09", "615")
+
+
+@pytest.mark.parametrize("version", ["13.5"])
 def test_a_toolkit_the_table_lacks_is_refused_not_planned_from_its_major(version):
-    # Old plan: 13.4 got CUDA 13's minimum (the 13.0 row's driver) and was never held against its own notes.
-    # 13.4 and 13.5 stay refused: their release notes' Linux driver minimum is not confirmed.
+    # Old plan: 13.5 got CUDA 13's minimum (the 13.0 row's driver) and was never held against its own notes.
+    # 13.5 stays refused: its release notes' driver section was not read.
     text = refused(
         plan(driver={"branch": "580"}, cuda={"version": version}),
         f"CUDA {version} is not in the platform data",
     )
-    assert "gpunode_cuda_version: 13.3" in text and "gpunode_platform_overrides" in text
+    assert "gpunode_cuda_version: 13.4" in text and "gpunode_platform_overrides" in text
     # Absent the fault: a site that read the row adds it, and the toolkit is planned against that row.
     row = {version: {"min_driver": "615.00.00", "source": "a test row"}}
     ok(plan(driver={"branch": "620"}, cuda={"version": version}, overrides={"cuda": row}))
@@ -635,7 +657,7 @@ REFUSALS = [
         "gpunode_cuda_source",
         "pip",
     ),
-    ("toolkit the data lacks", {"cuda": {"version": "13.4"}}, "gpunode_cuda_version", "13.3"),
+    ("toolkit the data lacks", {"cuda": {"version": "13.5"}}, "gpunode_cuda_version", "13.4"),
     (
         "toolkit newer than the driver",
         {"driver": {"branch": "580"}, "torch": {"policy": "toolkit"}, "cuda": {"version": "13.3"}},
