@@ -239,6 +239,21 @@ def _xid_from_data(path: Path) -> XidPolicy:
 # ---------------------------------------------------------------------------------------------- loading
 
 
+def add_option(parser: Any) -> None:
+    """``--config PATH`` on a subcommand (or an argument group) that reads the file: one option, one help text."""
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"TOML settings (default: {DEFAULT_PATH} when it exists); options given here win",
+    )
+
+
+def from_args(args: Any) -> Config:
+    """The file ``--config`` names (then a missing file is an error), else the default file where it exists."""
+    path = getattr(args, "config", None)
+    return load(path, explicit=path is not None)
+
+
 def load(path: str | None, explicit: bool) -> Config:
     """The configuration at ``path`` (``--config``), or the default file when it exists.
 

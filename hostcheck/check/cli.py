@@ -76,11 +76,7 @@ def _output_options(p: argparse.ArgumentParser) -> None:
 def _operation_options(p: argparse.ArgumentParser) -> None:
     """Operations: the configuration file, the profile, the deadline, Slurm."""
     run = p.add_argument_group("operations")
-    run.add_argument(
-        "--config",
-        metavar="PATH",
-        help=f"TOML settings (default: {config.DEFAULT_PATH} when it exists); options given here win",
-    )
+    config.add_option(run)
     run.add_argument(
         "--profile",
         choices=tuple(PROFILES),

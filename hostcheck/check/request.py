@@ -65,7 +65,7 @@ def build_request(args: argparse.Namespace, catalogue: list[Check], started: flo
     ``catalogue`` is every check there is; ``started`` (time.monotonic()) is when the run's deadline starts."""
     started = time.monotonic() if started is None else started
     try:
-        cfg = config.load(args.config, explicit=args.config is not None)
+        cfg = config.from_args(args)
     except config.ConfigError as exc:
         raise ArgumentError(None, f"{exc} (see --config and docs/operations.md)") from None
     profile = PROFILES[args.profile or cfg.profile or DEFAULT_PROFILE]

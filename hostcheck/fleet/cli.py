@@ -40,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="where to write fleet.md and fleet.html (default: report_dir)")
     p.add_argument("--min-score", type=int, help="a node below this score is not ready, whatever its verdict")
     p.add_argument("--expect", nargs="*", default=[], help="hosts that must have a report")
+    config.add_option(p)
 
 
 def _plain(text: str) -> str:
@@ -54,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, f"{args.report_dir} is not a folder")
     if args.min_score is not None and not 0 <= args.min_score <= 100:
         raise ArgumentError(None, "--min-score must be between 0 and 100")
-    try:  # fleet_peer_tolerance: [thresholds] of the file `hostcheck check` reads, where it exists
-        cfg = config.load(None, explicit=False)
+    try:  # fleet_peer_tolerance: [thresholds] of --config, else of the file `hostcheck check` reads, where it exists
+        cfg = config.from_args(args)
     except config.ConfigError as exc:
         raise ArgumentError(None, str(exc)) from None
     tolerance = cfg.thresholds.fleet_peer_tolerance

@@ -82,6 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write the hook's raw records into DIR (an existing empty folder) and keep them",
     )
+    config.add_option(p)
     p.add_argument(
         "job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the command to run"
     )
@@ -103,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, bad)
     if not MIN_INTERVAL_S <= args.interval <= 60:
         raise ArgumentError(None, f"--interval: from {MIN_INTERVAL_S:g} to 60 seconds")
-    try:  # [thresholds] of the file `hostcheck check` reads, where it exists: read before the command starts
-        lines = config.load(None, explicit=False).job_thresholds
+    try:  # [thresholds] of --config, else of the file `hostcheck check` reads: read before the command starts
+        lines = config.from_args(args).job_thresholds
     except config.ConfigError as exc:
         raise ArgumentError(None, str(exc)) from None
     keep = args.keep_records

@@ -164,3 +164,17 @@ def test_the_comparison_as_json_and_prometheus_with_the_numbers(tmp_path, conf, 
     assert command.main(["fleet", str(d2), "--out", str(tmp_path / "o2")]) == 0
     assert json.loads((tmp_path / "o2" / "fleet-peers.json").read_text())["outliers"] == []
     assert "hostcheck_fleet_peer_outliers 0" in (tmp_path / "o2" / "fleet-peers.prom").read_text()
+
+
+def test_fleet_config_names_the_file_and_wins_over_the_default(tmp_path, conf, capsys):
+    # Old: fleet read only the default file, so a site keeping its settings elsewhere could not set the tolerance.
+    d = _write(tmp_path, fleet_of(slow="gpu003", factor=0.85))
+    site = tmp_path / "site.toml"
+    site.write_text("[thresholds]\nfleet_peer_tolerance = 0.2\n")
+    assert command.main(["fleet", str(d), "--out", str(tmp_path), "--config", str(site)]) == 0
+    assert "slower than their fleet peers" not in capsys.readouterr().out
+    # Absent the option, the default file (empty here) holds: 15% below is flagged at 10%.
+    assert command.main(["fleet", str(d), "--out", str(tmp_path)]) == 0
+    assert "slower than their fleet peers" in capsys.readouterr().out
+    # A named file that is missing is a usage error, never a silent fall back to the default.
+    assert command.main(["fleet", str(d), "--out", str(tmp_path), "--config", str(tmp_path / "no.toml")]) == 2

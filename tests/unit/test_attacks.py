@@ -1566,6 +1566,20 @@ def _fleet_md_symlink(c: Ctx) -> Run:
     return Run(["fleet", str(d)], USAGE, needle="symbolic link")
 
 
+def _job_config(c: Ctx, path: str, needle: str) -> Run:
+    """``hostcheck job --config PATH``: refused (exit 2) before the command runs (it would leave ``started``)."""
+
+    def check(o: Outcome) -> None:
+        assert not (o.ctx.root / "started").exists()
+
+    return _job(f"touch {c.p('started')}", "--config", path, codes=USAGE, needle=needle, check=check)(c)
+
+
+def _fleet_config(c: Ctx, path: str, needle: str) -> Run:
+    """``hostcheck fleet --config PATH``: refused (exit 2), no page written."""
+    return _fleet(lambda c, d: None, "--config", path, codes=USAGE, reports=(), needle=needle)(c)
+
+
 def _bench(c: Ctx, *extra: str, **kw: Any) -> Run:
     """bench against the tiny training Python (no torch): refused in about a second, exit 2."""
     argv = ["bench", "--python", c.python, "--facts-dir", str(c.facts), "--workdir", c.p("bench"), "-q"]
@@ -1618,6 +1632,19 @@ HOSTILE_INPUT_ATTACKS = [
     A("job-ulimit-n-16", _job("true", limits={resource.RLIMIT_NOFILE: 16})),
     A("job-ulimit-v-footprint+40MiB", lambda c: _job("true", limits=_v_limit())(c)),
     A("job-leaves-a-daemon", _job("setsid sleep 300 >/dev/null 2>&1 & true")),
+    # job --config: the file is read through the one reader, refused before the command starts.
+    A("job-config-fifo", lambda c: _job_config(c, _mkfifo(c, "h.toml"), "a FIFO")),
+    A(
+        "job-config-symlink-to-dev-zero",
+        lambda c: _job_config(c, _symlink(c, "h.toml", "/dev/zero"), "character"),
+    ),
+    A("job-config-missing", lambda c: _job_config(c, c.p("absent.toml"), "does not exist")),
+    A(
+        "job-config-row-out-of-range",
+        lambda c: _job_config(
+            c, _written(c, "h.toml", b"[thresholds]\ninput_wait_share = 2\n"), "input_wait_share"
+        ),
+    ),
     # job: a hostile dcgmi on PATH (DCGM's profiling fields are read through dcgmi dmon when it is there).
     A("job-dcgmi-endless-garbage", _job_dcgmi("exec cat /dev/urandom", "dcgmi dmon gave no row")),
     A(
@@ -1729,6 +1756,19 @@ HOSTILE_INPUT_ATTACKS = [
     A("fleet-stderr-closed", _fleet(_bad_node("{not json"), stderr="closed")),
     A("fleet-stdin-closed", _fleet(lambda c, d: None, codes=(0,), stdin="closed")),
     A("fleet-ulimit-n-16", _fleet(lambda c, d: None, codes=(0,), limits={resource.RLIMIT_NOFILE: 16})),
+    # fleet --config: the same reader, a usage error before any page is written.
+    A("fleet-config-fifo", lambda c: _fleet_config(c, _mkfifo(c, "h.toml"), "a FIFO")),
+    A(
+        "fleet-config-symlink-to-dev-zero",
+        lambda c: _fleet_config(c, _symlink(c, "h.toml", "/dev/zero"), "character"),
+    ),
+    A("fleet-config-missing", lambda c: _fleet_config(c, c.p("absent.toml"), "does not exist")),
+    A(
+        "fleet-config-row-out-of-range",
+        lambda c: _fleet_config(
+            c, _written(c, "h.toml", b"[thresholds]\nfleet_peer_tolerance = 0\n"), "fleet_peer"
+        ),
+    ),
     A(
         "fleet-ulimit-v-footprint+40MiB",
         lambda c: _fleet(lambda c, d: None, codes=(0,), limits=_v_limit())(c),

@@ -176,6 +176,23 @@ def test_the_job_command_refuses_a_bad_override_before_it_starts(tmp_path, monke
     assert not marker.exists()
 
 
+def test_the_job_command_reads_the_file_config_names_instead_of_the_default(tmp_path, monkeypatch):
+    from hostcheck.command import main
+
+    broken = tmp_path / "hostcheck.toml"
+    broken.write_text("[thresholds]\ninput_wait_share = 2\n")
+    monkeypatch.setattr(config, "DEFAULT_PATH", str(broken))
+    site = tmp_path / "site.toml"
+    site.write_text("[thresholds]\ninput_wait_share = 0.4\n")
+    marker = tmp_path / "started"
+    job = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w'); raise SystemExit(3)"]
+    # The named file wins: the default's bad row is not read, the command runs and its exit code comes back.
+    assert main(["job", "-q", "--config", str(site), *job]) == 3 and marker.exists()
+    marker.unlink()
+    # A named file that is missing is refused before the command starts.
+    assert main(["job", "-q", "--config", str(tmp_path / "absent.toml"), *job]) == 2 and not marker.exists()
+
+
 def test_the_gradscaler_line_is_a_row_a_site_may_move():
     # Planted: 5 of 8 fp16 steps skipped is more than half, a warning; absent: 4 of 8 is not.
     assert J.scaler_status(5, 8) == Status.WARN and J.scaler_status(4, 8) == Status.PASS
