@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostcheck.check.render.markdown import md_cell
-from hostcheck.check.render.prometheus import _Families
+from hostcheck.check.render.prometheus import Families
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.registry import Status
 
@@ -191,7 +191,7 @@ def render_json(found: list[FleetOutlier], tolerance: float) -> str:
 
 def render_prometheus(found: list[FleetOutlier], tolerance: float) -> str:
     """``hostcheck fleet --peers-prometheus``: a node_exporter textfile for the control node."""
-    out = _Families()
+    out = Families()
     out.add("hostcheck_fleet_peer_tolerance", {}, tolerance)
     out.add("hostcheck_fleet_peer_outliers", {}, len(found))
     for o in found:

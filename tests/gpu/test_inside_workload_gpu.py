@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hostcheck.checks import all_checks  # noqa: E402
-from hostcheck.checks.workload import grading as J  # noqa: E402
+from hostcheck.checks.workload import grading  # noqa: E402
 from hostcheck.checks.workload import sku as S  # noqa: E402
 from hostcheck.gather import Options, gather  # noqa: E402
 from hostcheck.gather import workload as api  # noqa: E402
@@ -79,8 +79,8 @@ def test_amp_probe_numerics_and_speedup_on_gpu():
         assert set(modes) == {"fp32", "fp16", "bf16"}
         for mode, r in modes.items():
             assert "error" not in r, (kind, mode, r)
-            assert J.loss_numerics(r["losses"])[0] == "pass", (kind, mode, r["losses"])
-        assert J.scaler_status(modes["fp16"]["skipped"], modes["fp16"]["steps"]) != "fail"
+            assert grading.loss_numerics(r["losses"])[0] == "pass", (kind, mode, r["losses"])
+        assert grading.scaler_status(modes["fp16"]["skipped"], modes["fp16"]["steps"]) != "fail"
     if torch.cuda.get_device_capability(0) >= (7, 0):
         cnn = out["models"]["cnn"]
         assert cnn["fp16"]["per_s"] > cnn["fp32"]["per_s"]
@@ -108,7 +108,7 @@ def test_ddp_nccl_on_every_local_gpu():
             assert "busbw_gbs" not in d and d["bw_skipped"]
             continue
         assert math.isfinite(d["algbw_gbs"]) and d["algbw_gbs"] > 0
-        assert d["busbw_gbs"] == pytest.approx(J.busbw(d["algbw_gbs"], n))
+        assert d["busbw_gbs"] == pytest.approx(grading.busbw(d["algbw_gbs"], n))
 
 
 def test_default_run_end_to_end_within_budget():

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from workload_runs import WORKLOAD_IDS, judge_workload
 
-from hostcheck.checks.workload import grading as J
+from hostcheck.checks.workload import grading
 from hostcheck.checks.workload import sku as S
 from hostcheck.child.launch import ProbeRun
 from hostcheck.gather.workload import WorkloadRun
@@ -22,70 +22,70 @@ from hostcheck.registry import worst
     [(1.2, "pass"), (0.90, "pass"), (0.8999, "warn"), (0.75, "warn"), (0.7499, "fail"), (0.0, "fail")],
 )
 def test_fraction_of_achievable_thresholds(fraction, status):
-    assert J.fraction_status(fraction) == status
+    assert grading.fraction_status(fraction) == status
 
 
 def test_judge_fraction_scores_by_fraction_and_estimates_never_fail():
-    assert J.judge_fraction(702, 780) == ("pass", pytest.approx(0.9))
-    assert J.judge_fraction(700, 780)[0] == "warn"
-    assert J.judge_fraction(500, 780)[0] == "fail"
-    assert J.judge_fraction(500, 780, estimate=True)[0] == "warn"
-    assert J.judge_fraction(500, None) == (None, None)  # unknown SKU: measured, no verdict
-    assert J.judge_fraction(None, 780) == (None, None)
+    assert grading.judge_fraction(702, 780) == ("pass", pytest.approx(0.9))
+    assert grading.judge_fraction(700, 780)[0] == "warn"
+    assert grading.judge_fraction(500, 780)[0] == "fail"
+    assert grading.judge_fraction(500, 780, estimate=True)[0] == "warn"
+    assert grading.judge_fraction(500, None) == (None, None)  # unknown SKU: measured, no verdict
+    assert grading.judge_fraction(None, 780) == (None, None)
 
 
 def test_busbw_formula():
-    assert J.busbw(100.0, 1) == 0.0
-    assert J.busbw(100.0, 2) == pytest.approx(100.0)
-    assert J.busbw(100.0, 4) == pytest.approx(150.0)
-    assert J.busbw(100.0, 8) == pytest.approx(175.0)
-    assert J.algbw(256 * 2**20, 0.002) == pytest.approx(134.2177, rel=1e-4)
+    assert grading.busbw(100.0, 1) == 0.0
+    assert grading.busbw(100.0, 2) == pytest.approx(100.0)
+    assert grading.busbw(100.0, 4) == pytest.approx(150.0)
+    assert grading.busbw(100.0, 8) == pytest.approx(175.0)
+    assert grading.algbw(256 * 2**20, 0.002) == pytest.approx(134.2177, rel=1e-4)
     with pytest.raises(ValueError):
-        J.busbw(1.0, 0)
+        grading.busbw(1.0, 0)
 
 
 def test_pcie_theoretical_per_generation_and_width():
-    assert J.pcie_theoretical_gbs(1, 1) == pytest.approx(0.25)
-    assert J.pcie_theoretical_gbs(2, 16) == pytest.approx(8.0)
-    assert J.pcie_theoretical_gbs(3, 16) == pytest.approx(15.754, rel=1e-3)
-    assert J.pcie_theoretical_gbs(4, 16) == pytest.approx(31.508, rel=1e-3)
-    assert J.pcie_theoretical_gbs(5, 16) == pytest.approx(63.015, rel=1e-3)
-    assert J.pcie_theoretical_gbs(5, 8) == pytest.approx(31.508, rel=1e-3)
-    assert J.pcie_theoretical_gbs(None, 16) is None
-    assert J.pcie_theoretical_gbs(9, 16) is None
+    assert grading.pcie_theoretical_gbs(1, 1) == pytest.approx(0.25)
+    assert grading.pcie_theoretical_gbs(2, 16) == pytest.approx(8.0)
+    assert grading.pcie_theoretical_gbs(3, 16) == pytest.approx(15.754, rel=1e-3)
+    assert grading.pcie_theoretical_gbs(4, 16) == pytest.approx(31.508, rel=1e-3)
+    assert grading.pcie_theoretical_gbs(5, 16) == pytest.approx(63.015, rel=1e-3)
+    assert grading.pcie_theoretical_gbs(5, 8) == pytest.approx(31.508, rel=1e-3)
+    assert grading.pcie_theoretical_gbs(None, 16) is None
+    assert grading.pcie_theoretical_gbs(9, 16) is None
 
 
 def test_pinned_expectation_matches_the_reference_node_and_azure_floor():
-    ach = J.pinned_achievable_gbs(5, 16)
+    ach = grading.pinned_achievable_gbs(5, 16)
     # Reference H100: 54 GB/s pinned on gen5 x16 passes; Azure's 48 GB/s floor sits on our pass line.
-    assert J.judge_fraction(54.0, ach)[0] == "pass"
-    assert J.DEFAULT.achievable_pass_fraction * ach == pytest.approx(48.2, abs=0.1)
-    assert J.judge_fraction(45.0, ach)[0] == "warn"
-    assert J.judge_fraction(27.0, ach)[0] == "fail"  # a gen5 x8 link's worth
+    assert grading.judge_fraction(54.0, ach)[0] == "pass"
+    assert grading.DEFAULT.achievable_pass_fraction * ach == pytest.approx(48.2, abs=0.1)
+    assert grading.judge_fraction(45.0, ach)[0] == "warn"
+    assert grading.judge_fraction(27.0, ach)[0] == "fail"  # a gen5 x8 link's worth
 
 
 def test_busbw_thresholds_by_interconnect():
-    assert J.busbw_status(200, 8, nvlink=True) == "pass"
-    assert J.busbw_status(185, 8, nvlink=True) == "warn"  # within 1.05 x 180
-    assert J.busbw_status(150, 8, nvlink=True) == "fail"
-    assert J.busbw_status(20, 2, nvlink=False) == "pass"
-    assert J.busbw_status(17, 2, nvlink=False) == "fail"
-    assert J.busbw_status(0.0, 1, nvlink=True) is None  # one GPU: nothing to judge
-    assert J.busbw_status(200, 8, nvlink=None) is None
+    assert grading.busbw_status(200, 8, nvlink=True) == "pass"
+    assert grading.busbw_status(185, 8, nvlink=True) == "warn"  # within 1.05 x 180
+    assert grading.busbw_status(150, 8, nvlink=True) == "fail"
+    assert grading.busbw_status(20, 2, nvlink=False) == "pass"
+    assert grading.busbw_status(17, 2, nvlink=False) == "fail"
+    assert grading.busbw_status(0.0, 1, nvlink=True) is None  # one GPU: nothing to judge
+    assert grading.busbw_status(200, 8, nvlink=None) is None
 
 
 def test_amp_scaler_and_loss_rules():
-    assert J.amp_speedup_status(3.1) == "pass"
-    assert J.amp_speedup_status(1.1) == "warn"
-    assert J.amp_speedup_status(0.9) == "fail"
-    assert J.scaler_status(0, 8) == "pass"
-    assert J.scaler_status(5, 8) == "warn"
-    assert J.scaler_status(8, 8) == "fail"
-    assert J.loss_numerics([2.3, 2.1, 1.9])[0] == "pass"
-    assert J.loss_numerics([2.3, 2.4])[0] == "fail"
-    assert J.loss_numerics([2.3, float("nan"), 1.0])[0] == "fail"
-    assert J.loss_numerics([2.3, float("inf")])[0] == "fail"
-    assert J.loss_numerics([2.3])[0] == "error"
+    assert grading.amp_speedup_status(3.1) == "pass"
+    assert grading.amp_speedup_status(1.1) == "warn"
+    assert grading.amp_speedup_status(0.9) == "fail"
+    assert grading.scaler_status(0, 8) == "pass"
+    assert grading.scaler_status(5, 8) == "warn"
+    assert grading.scaler_status(8, 8) == "fail"
+    assert grading.loss_numerics([2.3, 2.1, 1.9])[0] == "pass"
+    assert grading.loss_numerics([2.3, 2.4])[0] == "fail"
+    assert grading.loss_numerics([2.3, float("nan"), 1.0])[0] == "fail"
+    assert grading.loss_numerics([2.3, float("inf")])[0] == "fail"
+    assert grading.loss_numerics([2.3])[0] == "error"
 
 
 def test_worst():
@@ -146,7 +146,7 @@ def test_reference_h100_figures_are_the_measured_ones():
     assert S.matmul_figure("NVIDIA H100 80GB HBM3", "bf16").basis == S.MEASURED
     assert S.copy_figure("NVIDIA H100 80GB HBM3").value == 3000.0
     # 4096^3 on the reference node read 766: a pass.
-    assert J.judge_fraction(766, 780)[0] == "pass"
+    assert grading.judge_fraction(766, 780)[0] == "pass"
     assert S.matmul_figure("Tesla V100-SXM2-16GB", "bf16") is None  # no bf16 fast path
 
 

@@ -11,7 +11,7 @@ pytest.importorskip("PIL")
 
 from workload_runs import judge_one, judge_workload  # noqa: E402
 
-from hostcheck.checks.workload import grading as J  # noqa: E402
+from hostcheck.checks.workload import grading  # noqa: E402
 from hostcheck.gather import workload as api  # noqa: E402
 from hostcheck.gather.suite import section as read_section  # noqa: E402
 from hostcheck.inside import workload as probes  # noqa: E402
@@ -94,7 +94,7 @@ def test_the_whole_default_run_on_cpu_end_to_end_with_a_real_two_process_gloo_dd
             assert r["scale"] is not None and 0 <= r["skipped"] < r["steps"]
         for mode, r in modes.items():
             assert "error" not in r, (kind, mode, r)
-            assert J.loss_numerics(r["losses"])[0] == "pass", (kind, mode, r["losses"])
+            assert grading.loss_numerics(r["losses"])[0] == "pass", (kind, mode, r["losses"])
             assert r["per_s"] > 0 and r["steps"] == 4
     f = by_id(judge_workload(run))
     assert "2-process gloo" in f["workload.E012"].message and f["workload.E013"].status == "skip"

@@ -13,7 +13,7 @@ import pytest
 from workload_runs import WORKLOAD_CHECKS
 
 from hostcheck import command
-from hostcheck.checks.workload import grading as J
+from hostcheck.checks.workload import grading
 from hostcheck.checks.workload import sku as SKU
 from hostcheck.child.launch import ProbeRun
 from hostcheck.gather import Snapshot
@@ -128,12 +128,12 @@ def test_without_a_row_only_the_gcm_floor_judges():
 
 
 def test_allreduce_status_rules():
-    assert J.allreduce_status(192, 16 * GIB, 180, 460, 16 * GIB, True) == "fail"
-    assert J.allreduce_status(192, 8 * GIB, 180, 460, 16 * GIB, True) == "warn"
-    assert J.allreduce_status(192, 16 * GIB, 180, 460, 16 * GIB, False) == "warn"  # no public source
-    assert J.allreduce_status(170, 1, 180, 460, 16 * GIB, False) == "fail"  # GCM's public floor
-    assert J.allreduce_status(500, 16 * GIB, 180, 460, 16 * GIB, True) == "pass"
-    assert J.allreduce_status(None, 16 * GIB, 180, 460, 16 * GIB, True) is None
+    assert grading.allreduce_status(192, 16 * GIB, 180, 460, 16 * GIB, True) == "fail"
+    assert grading.allreduce_status(192, 8 * GIB, 180, 460, 16 * GIB, True) == "warn"
+    assert grading.allreduce_status(192, 16 * GIB, 180, 460, 16 * GIB, False) == "warn"  # no public source
+    assert grading.allreduce_status(170, 1, 180, 460, 16 * GIB, False) == "fail"  # GCM's public floor
+    assert grading.allreduce_status(500, 16 * GIB, 180, 460, 16 * GIB, True) == "pass"
+    assert grading.allreduce_status(None, 16 * GIB, 180, 460, 16 * GIB, True) is None
 
 
 # ------------------------------------------------------------------------ sizes from the time budget

@@ -16,7 +16,7 @@ import pytest
 
 from hostcheck import config, thresholds
 from hostcheck.checks import all_checks
-from hostcheck.checks.workload import grading as J
+from hostcheck.checks.workload import grading
 from hostcheck.config import ConfigError
 from hostcheck.job import diagnosis as V
 from hostcheck.registry import REGISTRY, Status
@@ -148,11 +148,11 @@ def test_a_bad_override_exits_2_naming_the_key(tmp_path):
 def test_the_workload_lines_are_the_effective_ones():
     site = config.parse({"thresholds": {"busbw_floor_nvlink_gbs": 150.0, "amp_speedup_warn": 2.0}}).thresholds
     # 170 GB/s over NVLink: below GCM's 180 fails by default; a site floor of 150 passes it (above 1.05 x 150).
-    assert J.busbw_status(170.0, 8, True) == Status.FAIL
-    assert J.busbw_status(170.0, 8, True, J.lines(config.Config(thresholds=site))) == Status.PASS
-    assert J.amp_speedup_status(1.5) == Status.PASS
-    assert J.amp_speedup_status(1.5, site) == Status.WARN
-    assert J.lines(None) is J.DEFAULT
+    assert grading.busbw_status(170.0, 8, True) == Status.FAIL
+    assert grading.busbw_status(170.0, 8, True, grading.lines(config.Config(thresholds=site))) == Status.PASS
+    assert grading.amp_speedup_status(1.5) == Status.PASS
+    assert grading.amp_speedup_status(1.5, site) == Status.WARN
+    assert grading.lines(None) is grading.DEFAULT
 
 
 def test_the_job_doctor_judges_by_the_effective_lines():
@@ -195,11 +195,13 @@ def test_the_job_command_reads_the_file_config_names_instead_of_the_default(tmp_
 
 def test_the_gradscaler_line_is_a_row_a_site_may_move():
     # Planted: 5 of 8 fp16 steps skipped is more than half, a warning; absent: 4 of 8 is not.
-    assert J.scaler_status(5, 8) == Status.WARN and J.scaler_status(4, 8) == Status.PASS
+    assert grading.scaler_status(5, 8) == Status.WARN and grading.scaler_status(4, 8) == Status.PASS
     assert thresholds.NODE_ROWS["scaler_skipped_warn_fraction"].verdict == "warn"
     site = config.parse({"thresholds": {"scaler_skipped_warn_fraction": 0.75}}).thresholds
-    assert J.scaler_status(5, 8, site) == Status.PASS and J.scaler_status(7, 8, site) == Status.WARN
-    assert J.scaler_status(8, 8, site) == Status.FAIL  # stuck fails whatever the line
+    assert (
+        grading.scaler_status(5, 8, site) == Status.PASS and grading.scaler_status(7, 8, site) == Status.WARN
+    )
+    assert grading.scaler_status(8, 8, site) == Status.FAIL  # stuck fails whatever the line
 
 
 def _threads(n: int, cfg: config.Config | None = None):

@@ -178,8 +178,9 @@ HELP = {
 }
 
 
-class _Families:
-    """Samples grouped by metric family, in first-seen order: the text format wants a family's lines together."""
+class Families:
+    """Samples grouped by metric family, in first-seen order: the text format wants a family's lines together.
+    The one exposition writer: the node's textfile here, the fleet page's series (fleet/peers.py)."""
 
     def __init__(self) -> None:
         self.families: dict[str, list[str]] = {}
@@ -200,7 +201,7 @@ class _Families:
 def render_prometheus(report: Report, last_success: float | None = None) -> str:
     """The textfile. ``last_success``: the previous file's hostcheck_last_success_timestamp_seconds, kept when
     this run is not ready (a ready run sets it to its own time)."""
-    out = _Families()
+    out = Families()
     for r in report.results:
         out.add("hostcheck_check_info", {"check": r.id, "category": r.category, "title": r.title}, 1)
     for r in report.results:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hostcheck.checks.workload import grading as J
+from hostcheck.checks.workload import grading
 from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, verdict_or_skip, workload_check
@@ -84,11 +84,11 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
             details.append(f"GPU {row.index} {name}: {v:.1f} TFLOP/s but the result is not finite")
             continue
         fig = S.matmul_figure(name, dt, config)
-        th = J.lines(config)
-        st, frac = J.judge_fraction(
+        th = grading.lines(config)
+        st, frac = grading.judge_fraction(
             v, fig.value if fig else None, fig.basis == S.ESTIMATE if fig else False, th
         )
-        st, note = J.on_plateau(st, "matmul_n", m.size, th)
+        st, note = grading.on_plateau(st, "matmul_n", m.size, th)
         statuses.append(st)
         if fig:
             expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} achievable, {fig.basis})"
@@ -172,10 +172,10 @@ def _pcie_hint(gpu: Any) -> str:
     return "; ".join(parts)
 
 
-def _link_rates(gpu: Any, th: Any = J.DEFAULT) -> tuple[float | None, float | None]:
+def _link_rates(gpu: Any, th: Any = grading.DEFAULT) -> tuple[float | None, float | None]:
     """(theoretical, achievable pinned) GB/s of a GPU's PCIe link at its maximum generation and width."""
     gen, width = link_int(gpu, "pcie_gen_max"), link_int(gpu, "pcie_width_max")
-    return J.pcie_theoretical_gbs(gen, width), J.pinned_achievable_gbs(gen, width, th)
+    return grading.pcie_theoretical_gbs(gen, width), grading.pinned_achievable_gbs(gen, width, th)
 
 
 def _bandwidth_rows(run: WorkloadRun, on_gpu: bool) -> tuple[tuple[DeviceRow, ...], Outcome | None]:
@@ -209,10 +209,10 @@ def _pinned(run: WorkloadRun, gpus: list, on_gpu: bool, key: str, config: Any = 
         values.append(v)
         by_gpu[row.index] = v
         lines[row.index] = len(details)
-        th = J.lines(config)
+        th = grading.lines(config)
         theo, ach = _link_rates(gpu, th)
-        st, _ = J.judge_fraction(v, ach, th=th)
-        st, note = J.on_plateau(st, "pinned_bytes", m.size, th)
+        st, _ = grading.judge_fraction(v, ach, th=th)
+        st, note = grading.on_plateau(st, "pinned_bytes", m.size, th)
         statuses.append(st)
         if ach and theo:
             expected = (
@@ -258,7 +258,7 @@ def d2h_pinned(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outco
 
 @workload_check("workload.E007", "Host<->device bandwidth, pageable", 0.5, "bandwidth", reads_config=True)
 def pageable(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
-    th = J.lines(config)
+    th = grading.lines(config)
     rows, early = _bandwidth_rows(run, on_gpu)
     if early is not None:
         return early
@@ -319,9 +319,11 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
         by_gpu[row.index] = v
         lines[row.index] = len(details)
         fig = S.copy_figure(row.name, config)
-        th = J.lines(config)
-        st, frac = J.judge_fraction(v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE), th)
-        st, note = J.on_plateau(st, "device_copy_bytes", m.size, th)
+        th = grading.lines(config)
+        st, frac = grading.judge_fraction(
+            v, fig.value if fig else None, bool(fig and fig.basis == S.ESTIMATE), th
+        )
+        st, note = grading.on_plateau(st, "device_copy_bytes", m.size, th)
         statuses.append(st)
         if fig:
             expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} GB/s, {fig.basis})"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hostcheck.checks.workload import grading as J
+from hostcheck.checks.workload import grading
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, link_int, verdict_or_skip, workload_check
 from hostcheck.gather.suite import AmpRun
@@ -29,9 +29,9 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None)
             if r.losses is None:
                 st, why = Status.ERROR, "a loss that is no number recorded"
             else:
-                st, why = J.loss_numerics(r.losses)
+                st, why = grading.loss_numerics(r.losses)
             if mode == "fp16":
-                sst = J.scaler_status(r.skipped or 0, r.steps or 0, J.lines(config))
+                sst = grading.scaler_status(r.skipped or 0, r.steps or 0, grading.lines(config))
                 if sst != Status.PASS:
                     why += f"; GradScaler skipped {r.skipped} of {r.steps} steps"
                     st = worst([st, sst])
@@ -58,7 +58,7 @@ def amp_numerics(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None)
 
 @workload_check("workload.E010", "AMP speedup", 1.0, "amp", reads_config=True)
 def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
-    th = J.lines(config)
+    th = grading.lines(config)
     data = run.amp
     if data.error is not None:
         return _f(Status.ERROR, f"AMP step not run: {data.error}")
@@ -94,7 +94,7 @@ def amp_speedup(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) 
             unit="x",
             details=tuple(details),
         )
-    status = J.amp_speedup_status(sp, th)
+    status = grading.amp_speedup_status(sp, th)
     hint = None
     if status in (Status.WARN, Status.FAIL):
         hint = (
@@ -145,7 +145,7 @@ def dataloader(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -
             "(containers default to 64 MiB: docker --shm-size / --ipc=host) or too little memory",
             details=tuple(details),
         )
-    st = J.dataloader_status(best_ips, zero, data.cpus or 0, J.lines(config))
+    st = grading.dataloader_status(best_ips, zero, data.cpus or 0, grading.lines(config))
     if best_ips is None:
         return _f(Status.ERROR, "DataLoader measured nothing", details=tuple(details))
     gain = f", {best_ips / zero:.2f}x num_workers=0" if zero and best else ""
@@ -225,7 +225,7 @@ def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 
 @workload_check("workload.E013", "all_reduce bus bandwidth", 1.0, "ddp", reads_config=True)
 def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
-    th = J.lines(config)
+    th = grading.lines(config)
     if not run.ddp_mode:
         return _f(Status.SKIP, "DDP probe not run")
     recs, errors = run.ddp_results.ranks, run.ddp_results.errors
@@ -259,17 +259,19 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
     nvlink: bool | None = None
     if nv and all(x is not None for x in nv):
         nvlink = all(x > 0 for x in nv)
-    floor = J.busbw_floor(nvlink, th)
+    floor = grading.busbw_floor(nvlink, th)
     names = {g.name for g in gpus[:world] if isinstance(getattr(g, "name", None), str)}
     line = S.allreduce_line(names.pop(), world) if len(names) == 1 and len(gpus) >= world else None
     nbytes = r0.bw_bytes
     inter = {True: "NVLink", False: "PCIe", None: "interconnect unknown"}[nvlink]
     msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {world} GPUs ({inter}; algbw {alg:.1f} GB/s)"
     if line is None:
-        st = J.busbw_status(bus, world, nvlink, th)
+        st = grading.busbw_status(bus, world, nvlink, th)
         expected = f">= {floor:g} GB/s (Meta GCM floor, {inter}; warn within 5%)" if floor else None
     else:
-        st = J.allreduce_status(bus, nbytes, floor, line.busbw_gbs, line.bytes, line.basis == "public", th)
+        st = grading.allreduce_status(
+            bus, nbytes, floor, line.busbw_gbs, line.bytes, line.basis == "public", th
+        )
         expected = f">= {line.busbw_gbs:g} GB/s at {line.bytes / 2**30:g} GiB ({line.source})"
         if nbytes is None or nbytes < line.bytes:
             msg += (
@@ -327,7 +329,7 @@ def multinode(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
 
 @workload_check("workload.E015", "Burn-in stress", 1.0, reads_config=True)
 def burn(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
-    dip = J.lines(config).burn_dip_fraction
+    dip = grading.lines(config).burn_dip_fraction
     if not run.burn_requested:
         return _f(Status.SKIP, "not requested (--burn SECONDS)")
     b = run.burn
