@@ -1566,6 +1566,22 @@ def _fleet_md_symlink(c: Ctx) -> Run:
     return Run(["fleet", str(d)], USAGE, needle="symbolic link")
 
 
+def _config_rows(sub: str, run: Callable[[Ctx, str, str], Run], bad_row: bytes) -> list[Any]:
+    """``SUB --config PATH`` with a FIFO, a link to /dev/zero, a missing file and a threshold row out of range:
+    each a usage error naming the problem."""
+    name = bad_row.split(b" ")[0].decode()
+    files: list[tuple[str, Callable[[Ctx], str], str]] = [
+        ("fifo", lambda c: _mkfifo(c, "h.toml"), "a FIFO"),
+        ("symlink-to-dev-zero", lambda c: _symlink(c, "h.toml", "/dev/zero"), "character"),
+        ("missing", lambda c: c.p("absent.toml"), "does not exist"),
+        ("row-out-of-range", lambda c: _written(c, "h.toml", b"[thresholds]\n" + bad_row + b"\n"), name),
+    ]
+    return [
+        A(f"{sub}-config-{what}", lambda c, make=make, needle=needle: run(c, make(c), needle))
+        for what, make, needle in files
+    ]
+
+
 def _job_config(c: Ctx, path: str, needle: str) -> Run:
     """``hostcheck job --config PATH``: refused (exit 2) before the command runs (it would leave ``started``)."""
 
@@ -1633,18 +1649,7 @@ HOSTILE_INPUT_ATTACKS = [
     A("job-ulimit-v-footprint+40MiB", lambda c: _job("true", limits=_v_limit())(c)),
     A("job-leaves-a-daemon", _job("setsid sleep 300 >/dev/null 2>&1 & true")),
     # job --config: the file is read through the one reader, refused before the command starts.
-    A("job-config-fifo", lambda c: _job_config(c, _mkfifo(c, "h.toml"), "a FIFO")),
-    A(
-        "job-config-symlink-to-dev-zero",
-        lambda c: _job_config(c, _symlink(c, "h.toml", "/dev/zero"), "character"),
-    ),
-    A("job-config-missing", lambda c: _job_config(c, c.p("absent.toml"), "does not exist")),
-    A(
-        "job-config-row-out-of-range",
-        lambda c: _job_config(
-            c, _written(c, "h.toml", b"[thresholds]\ninput_wait_share = 2\n"), "input_wait_share"
-        ),
-    ),
+    *_config_rows("job", _job_config, b"input_wait_share = 2"),
     # job: a hostile dcgmi on PATH (DCGM's profiling fields are read through dcgmi dmon when it is there).
     A("job-dcgmi-endless-garbage", _job_dcgmi("exec cat /dev/urandom", "dcgmi dmon gave no row")),
     A(
@@ -1757,18 +1762,7 @@ HOSTILE_INPUT_ATTACKS = [
     A("fleet-stdin-closed", _fleet(lambda c, d: None, codes=(0,), stdin="closed")),
     A("fleet-ulimit-n-16", _fleet(lambda c, d: None, codes=(0,), limits={resource.RLIMIT_NOFILE: 16})),
     # fleet --config: the same reader, a usage error before any page is written.
-    A("fleet-config-fifo", lambda c: _fleet_config(c, _mkfifo(c, "h.toml"), "a FIFO")),
-    A(
-        "fleet-config-symlink-to-dev-zero",
-        lambda c: _fleet_config(c, _symlink(c, "h.toml", "/dev/zero"), "character"),
-    ),
-    A("fleet-config-missing", lambda c: _fleet_config(c, c.p("absent.toml"), "does not exist")),
-    A(
-        "fleet-config-row-out-of-range",
-        lambda c: _fleet_config(
-            c, _written(c, "h.toml", b"[thresholds]\nfleet_peer_tolerance = 0\n"), "fleet_peer"
-        ),
-    ),
+    *_config_rows("fleet", _fleet_config, b"fleet_peer_tolerance = 0"),
     A(
         "fleet-ulimit-v-footprint+40MiB",
         lambda c: _fleet(lambda c, d: None, codes=(0,), limits=_v_limit())(c),
