@@ -1566,20 +1566,29 @@ def _fleet_md_symlink(c: Ctx) -> Run:
     return Run(["fleet", str(d)], USAGE, needle="symbolic link")
 
 
-def _config_rows(sub: str, run: Callable[[Ctx, str, str], Run], bad_row: bytes) -> list[Any]:
-    """``SUB --config PATH`` with a FIFO, a link to /dev/zero, a missing file and a threshold row out of range:
-    each a usage error naming the problem."""
+def _config_rows(prefix: str, run: Callable[[Ctx, str, str], Run], bad_row: bytes) -> list[Any]:
+    """``--config PATH`` of a subcommand with a FIFO, a link to /dev/zero, a missing file and a threshold row out of
+    range: each a usage error naming the problem (rows ``PREFIX-fifo`` ...)."""
     name = bad_row.split(b" ")[0].decode()
     files: list[tuple[str, Callable[[Ctx], str], str]] = [
-        ("fifo", lambda c: _mkfifo(c, "h.toml"), "a FIFO"),
-        ("symlink-to-dev-zero", lambda c: _symlink(c, "h.toml", "/dev/zero"), "character"),
+        ("fifo", lambda c: _mkfifo(c, "hostcheck.toml"), "a FIFO"),
+        ("symlink-to-dev-zero", lambda c: _symlink(c, "hostcheck.toml", "/dev/zero"), "character device"),
         ("missing", lambda c: c.p("absent.toml"), "does not exist"),
-        ("row-out-of-range", lambda c: _written(c, "h.toml", b"[thresholds]\n" + bad_row + b"\n"), name),
+        (
+            "row-out-of-range",
+            lambda c: _written(c, "hostcheck.toml", b"[thresholds]\n" + bad_row + b"\n"),
+            name,
+        ),
     ]
     return [
-        A(f"{sub}-config-{what}", lambda c, make=make, needle=needle: run(c, make(c), needle))
+        A(f"{prefix}-{what}", lambda c, make=make, needle=needle: run(c, make(c), needle))
         for what, make, needle in files
     ]
+
+
+def _check_config(c: Ctx, path: str, needle: str) -> Run:
+    """``hostcheck check --config PATH``: refused (exit 2)."""
+    return Run(c.base("--config", path), USAGE, needle=needle)
 
 
 def _job_config(c: Ctx, path: str, needle: str) -> Run:
@@ -1604,7 +1613,7 @@ def _bench(c: Ctx, *extra: str, **kw: Any) -> Run:
 
 
 def _config(make: Callable[[Ctx], str], needle: str = "cannot read it") -> Callable[[Ctx], Run]:
-    return lambda c: Run(c.base("--config", make(c)), USAGE, needle=needle)
+    return lambda c: _check_config(c, make(c), needle)
 
 
 def _written(c: Ctx, name: str, data: bytes) -> str:
@@ -1649,7 +1658,7 @@ HOSTILE_INPUT_ATTACKS = [
     A("job-ulimit-v-footprint+40MiB", lambda c: _job("true", limits=_v_limit())(c)),
     A("job-leaves-a-daemon", _job("setsid sleep 300 >/dev/null 2>&1 & true")),
     # job --config: the file is read through the one reader, refused before the command starts.
-    *_config_rows("job", _job_config, b"input_wait_share = 2"),
+    *_config_rows("job-config", _job_config, b"input_wait_share = 2"),
     # job: a hostile dcgmi on PATH (DCGM's profiling fields are read through dcgmi dmon when it is there).
     A("job-dcgmi-endless-garbage", _job_dcgmi("exec cat /dev/urandom", "dcgmi dmon gave no row")),
     A(
@@ -1762,7 +1771,7 @@ HOSTILE_INPUT_ATTACKS = [
     A("fleet-stdin-closed", _fleet(lambda c, d: None, codes=(0,), stdin="closed")),
     A("fleet-ulimit-n-16", _fleet(lambda c, d: None, codes=(0,), limits={resource.RLIMIT_NOFILE: 16})),
     # fleet --config: the same reader, a usage error before any page is written.
-    *_config_rows("fleet", _fleet_config, b"fleet_peer_tolerance = 0"),
+    *_config_rows("fleet-config", _fleet_config, b"fleet_peer_tolerance = 0"),
     A(
         "fleet-ulimit-v-footprint+40MiB",
         lambda c: _fleet(lambda c, d: None, codes=(0,), limits=_v_limit())(c),
@@ -1788,14 +1797,9 @@ HOSTILE_INPUT_ATTACKS = [
     A("bench-ulimit-n-16", lambda c: _bench(c, limits={resource.RLIMIT_NOFILE: 16})),
     A("bench-ulimit-v-footprint+40MiB", lambda c: _bench(c, limits=_v_limit())),
     # check --config: the config file is read through the same reader.
-    A("config-fifo", _config(lambda c: _mkfifo(c, "hostcheck.toml"), "a FIFO")),
-    A(
-        "config-symlink-to-dev-zero",
-        _config(lambda c: _symlink(c, "hostcheck.toml", "/dev/zero"), "character device"),
-    ),
+    *_config_rows("config", _check_config, b"gpu_peer_tolerance = 1.5"),
     A("config-symlink-loop", _config(lambda c: _symlink(c, "hostcheck.toml", c.p("hostcheck.toml")), "loop")),
     A("config-a-folder", _config(lambda c: str(c.facts), "a folder")),
-    A("config-missing", _config(lambda c: c.p("absent.toml"), "does not exist")),
     A("config-50mb", _config(lambda c: _sparse(c.p("hostcheck.toml"), 50 << 20, b"# x\n"), "52428800 bytes")),
     A(
         "config-bad-utf8",
