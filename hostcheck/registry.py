@@ -53,6 +53,9 @@ class Outcome:
     expected: Any = None
     hint: str | None = None
     details: tuple[str, ...] = ()
+    #: The finding in a few words for a Slurm drain reason or a one-line summary: the device, port or GPU and the
+    #: key number ("mlx5_3 port 1 at 200 Gb/s of 400"); None: the message's start stands for it.
+    brief: str | None = None
 
 
 def passed(message: str, **kw: Any) -> Outcome:
@@ -89,6 +92,7 @@ class Result:
     hint: str | None = None
     details: tuple[str, ...] = ()
     duration_s: float = 0.0
+    brief: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +108,7 @@ class Result:
             "hint": self.hint,
             "details": list(self.details),
             "duration_s": round(self.duration_s, 4),
+            "brief": self.brief,
         }
 
 
@@ -252,6 +257,7 @@ def run_check(c: Check, snapshot: Any, default_timeout_s: float = 30.0) -> Resul
         hint=out.hint,
         details=tuple(out.details),
         duration_s=dur,
+        brief=out.brief,
     )
 
 

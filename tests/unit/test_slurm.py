@@ -163,6 +163,34 @@ def test_headline_fits_80_printable_characters_and_counts_the_rest(healthy):
     assert headline(healthy).startswith("ready, score ")
 
 
+def test_a_findings_brief_is_the_drain_reason_and_its_long_message_stays_in_the_report():
+    from dataclasses import replace
+
+    from hostcheck.registry import Result, Status
+    from hostcheck.report import Report
+    from hostcheck.score import verdict
+
+    long = "; ".join(
+        f"mlx5_{i} port 1 at 200 Gb/s, its peers at 400 (symbol errors and more words)" for i in range(40)
+    )
+    base = Result("fabric.E002", "RDMA port rate", "fabric", 5, Status.FAIL, long)
+    for brief, want in (
+        (None, "fabric.E002 mlx5_0 port 1 at 200 Gb/s"),
+        ("mlx5_0 port 1 at 200 Gb/s of 400", None),
+    ):
+        r = replace(base, brief=brief)
+        rep = Report((r,), verdict([r]))
+        line = slurm.drain_reason(rep, "hostcheck")
+        assert len(line) <= REASON_MAX and line.isprintable(), line
+        if brief:
+            assert line == "hostcheck: fabric.E002 mlx5_0 port 1 at 200 Gb/s of 400"
+            assert (
+                rep.to_dict()["checks"][0]["message"] == long and rep.to_dict()["checks"][0]["brief"] == brief
+            )
+        else:  # no brief: the message's start, cut to the limit
+            assert line.startswith("hostcheck: " + want) and line.endswith("...")
+
+
 # --- states that are not hostcheck's ----------------------------------------------------------------------
 
 

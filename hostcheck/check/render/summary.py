@@ -33,7 +33,8 @@ def fit(text: str, limit: int) -> str:
 
 
 def headline(report: Report, limit: int = LIMIT, prefix: str = "") -> str:
-    """``gpu.E005 GPU 3: row remap pending (+2 more)`` when not ready; ``ready, score 97`` when ready."""
+    """``gpu.E005 GPU 3: row remap pending (+2 more)`` when not ready; ``ready, score 97`` when ready. A finding's
+    ``brief`` (device and key number) stands for it where the check gave one, else its message's start."""
     lead = f"{prefix}: " if prefix else ""
     v = report.verdict
     if v.ready:
@@ -43,7 +44,7 @@ def headline(report: Report, limit: int = LIMIT, prefix: str = "") -> str:
         return fit(clean(f"{lead}score {v.score} below the minimum {v.min_score}"), limit)
     more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
     first = found[0]
-    body = clean(f"{lead}{first.id} {first.message}")
+    body = clean(f"{lead}{first.id} {first.brief or first.message}")
     return fit(body, limit - len(more)) + more
 
 
