@@ -472,7 +472,9 @@ def test_the_repo_cites_facts_not_notes_outside_it_or_issue_numbers():
     # "../shared/" is the checkout's own molecule/shared when what follows is one of its entries, or the corpus of
     # real tools' output that replay tests read in place (tests/unit/fixtures/real_outputs.py).
     ours = "|".join(re.escape(entry.name) for entry in (ROOT / "molecule" / "shared").iterdir())
-    outside = re.compile(rf"NOTES\.md|FIELD\.md|STYLE\.md|/work/shared|\.\./shared/(?!(?:{ours}|real-outputs)\b)")
+    outside = re.compile(
+        rf"NOTES\.md|FIELD\.md|STYLE\.md|/work/shared|\.\./shared/(?!(?:{ours}|real-outputs)\b)"
+    )
     issue = re.compile(r"\b[Ii]ssues? #?\d+\b|\(#\d+\)")
     this = Path(__file__).resolve()
     bad = []
