@@ -76,6 +76,7 @@ def test_healthy_exit_0_and_json_schema(use_scenario, capsys):
         "hint",
         "details",
         "duration_s",
+        "brief",
     }
     assert {c["id"] for c in doc["checks"]} == {c.id for c in all_checks() if c.category != "workload"}
 
