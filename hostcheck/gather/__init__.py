@@ -11,7 +11,7 @@ from typing import Any, Callable
 from hostcheck.config import Config
 from hostcheck.gather import dcgm as dcgm_gather
 from hostcheck.gather import state as counter_state
-from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Unavailable, read_text
+from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Runner, Unavailable, read_text, run_cmd
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.dcgm import DcgmSnapshot, gather_dcgm
@@ -137,11 +137,28 @@ def _timed(
     return value
 
 
+def run_once(runner: Runner | None = None) -> Runner:
+    """``runner`` answering a command line it ran before in this run with the same answer: the kernel log is read
+    for the XIDs (system) and for the machine checks and hung tasks (hardware) with one journalctl or dmesg, and a
+    journalctl that timed out for the first is not waited for again by the second."""
+    answers: dict[Any, Any] = {}
+    runner = runner or run_cmd
+
+    def run(argv: Any, *args: Any, **kwargs: Any) -> Any:
+        key = (tuple(argv), args, tuple(sorted(kwargs.items())))
+        if key not in answers:
+            answers[key] = runner(argv, *args, **kwargs)
+        return answers[key]
+
+    return run
+
+
 # long: each gatherer's closure with its timing beside the threads that run them; a table of gatherers would halve it
 def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHERERS)) -> Snapshot:
     """Run the gatherers the selected checks need; the torch probe and the workload run beside system and
     tuning."""
     timings: dict[str, float] = {}
+    runner = run_once()
     facts = gather_facts(options.facts_dir)
     env_file = options.env_file or facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
     results: dict[str, Any] = {}
@@ -204,7 +221,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         root_kw = {"root": options.host_root} if options.host_root != HOST_ROOT else {}
         results["system"] = _timed(
             "system",
-            lambda: gather_system(xid_window_hours=options.config.xid.window_hours, **root_kw),
+            lambda: gather_system(runner=runner, xid_window_hours=options.config.xid.window_hours, **root_kw),
             options.gather_timeout_s,
             lambda u: SystemSnapshot(),
             timings,
@@ -253,6 +270,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 options.host_root,
                 state_file,
                 log_hours=options.config.xid.window_hours,
+                runner=runner,
                 replays=replays,
                 now=now,
                 state=state,

@@ -20,7 +20,7 @@ import pytest
 
 from hostcheck import SCHEMA_VERSION, command
 from hostcheck.checks import all_checks
-from hostcheck.registry import Check, Outcome, Result, Status, passed, run_check, select
+from hostcheck.registry import Check, Outcome, Result, Status, passed, run_check, run_checks, select
 from hostcheck.score import score, verdict
 
 SCHEMA = os.path.join(
@@ -225,6 +225,34 @@ def test_check_timeout_and_crash_become_error_results():
     assert r.status == Status.ERROR and "KeyError" in r.message
     r = run_check(Check("gpu.E902", "bad", "gpu", 1, lambda s: "nope"), None)
     assert r.status == Status.ERROR
+
+
+def test_a_run_judges_its_checks_in_one_thread_and_a_hung_check_costs_only_itself():
+    """run_checks starts one thread for the whole run (a thread per check cost a passive run most of its time on
+    a busy machine); a check stuck past its timeout keeps that thread, and the checks after it run in a new one."""
+    release = threading.Event()
+    threads = []
+
+    def ok(_s):
+        threads.append(threading.current_thread())
+        return passed("fine")
+
+    def hung(_s):
+        threads.append(threading.current_thread())
+        release.wait(10)
+        return passed("too late")
+
+    checks = [Check(f"gpu.E9{i:02}", "ok", "gpu", 1, ok) for i in range(5)]
+    checks.insert(2, Check("gpu.E990", "hung", "gpu", 1, hung, timeout_s=0.2))
+    results = run_checks(checks, None)
+    release.set()
+    assert [r.status for r in results] == [Status.PASS] * 2 + [Status.ERROR] + [Status.PASS] * 3
+    assert "timed out after 0.2 s" in results[2].message
+    assert len(set(threads[:3])) == 1 and len(set(threads[3:])) == 1 and threads[3] is not threads[0]
+    assert threads[0] is not threading.main_thread()
+    for t in set(threads):  # the idle thread ended with the run; the hung one ends once its call returns
+        t.join(2)
+        assert not t.is_alive()
 
 
 def test_quick_leaves_out_workload_checks():
