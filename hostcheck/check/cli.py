@@ -80,8 +80,9 @@ def _operation_options(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--profile",
         choices=tuple(PROFILES),
-        help="passive: reads only, for Slurm's HealthCheckProgram; prolog/epilog: short, exit non-zero only; "
-        "full: everything (default); burnin: full plus a 10-minute stress run",
+        help="passive: reads only, for Slurm's HealthCheckProgram; prolog/epilog: short, for Slurm's job prolog and "
+        "epilog; standard (default): every check that runs no GPU job, within a minute; full: the GPU workload and "
+        "DCGM's level-2 diagnostic too (minutes); burnin: full plus a 10-minute stress run",
     )
     run.add_argument(
         "--deadline",

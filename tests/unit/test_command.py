@@ -143,9 +143,12 @@ def test_internal_error_exits_2_without_traceback(monkeypatch, capsys):
 
 
 def test_list(capsys):
-    assert command.main(["--list"]) == 0
+    assert command.main(["--list", "--profile", "full"]) == 0
     out = capsys.readouterr().out
     assert all(c.id in out for c in all_checks())
+    assert command.main(["--list"]) == 0  # the default profile: every check but those of the GPU workload
+    out = capsys.readouterr().out
+    assert all((c.id in out) is (not c.workload) for c in all_checks())
 
 
 def test_options_reach_the_gatherers(use_scenario, capsys, tmp_path):
@@ -328,9 +331,18 @@ def test_bad_workload_options_are_usage_errors(argv, capsys):
 
 def test_workload_options_reach_the_gatherers(use_scenario, capsys):
     seen = use_scenario("healthy_8x_h100")
-    command.main(
-        ["--json", "--only", "workload", "--nnodes", "2:4", "--rdzv-endpoint", "n1:29400", "--burn", "5"]
-    )
+    argv = [
+        "--json",
+        "--profile",
+        "full",
+        "--only",
+        "workload",
+        "--nnodes",
+        "2:4",
+        "--rdzv-endpoint",
+        "n1:29400",
+    ]
+    command.main([*argv, "--burn", "5"])
     capsys.readouterr()
     o = seen["options"]
     assert (o.nnodes, o.rdzv_endpoint, o.burn) == ("2:4", "n1:29400", 5.0)
