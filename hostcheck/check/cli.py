@@ -21,7 +21,7 @@ from hostcheck.check.render.json import render_json
 from hostcheck.check.render.junit import render_junit
 from hostcheck.check.render.prometheus import read_last_success, render_prometheus
 from hostcheck.check.render.summary import render_summary
-from hostcheck.check.render.text import render_list, render_text
+from hostcheck.check.render.text import render_list, render_text, terminal_width
 from hostcheck.check.request import Output, Request, build_request
 from hostcheck.checks import all_checks
 from hostcheck.child.launch import kill_all, python_arg, reopen
@@ -65,7 +65,12 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="colour (default: auto)"
     )
-    out.add_argument("-v", "--verbose", action="store_true", help="show per-GPU details under each check")
+    out.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show every check with its details (default: what falls short)",
+    )
     out.add_argument(
         "--summary",
         action="store_true",
@@ -334,7 +339,8 @@ def emit(report: Report, output: Output) -> int:
             colour = output.color == "always" or (
                 output.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
             )
-            sys.stdout.write(render_text(report, colour=colour, verbose=output.verbose))
+            width = terminal_width(sys.stdout)
+            sys.stdout.write(render_text(report, colour=colour, verbose=output.verbose, width=width))
         sys.stdout.flush()
     except BrokenPipeError:  # `hostcheck | head`: the reader left; the verdict still stands
         devnull = os.open(os.devnull, os.O_WRONLY)
