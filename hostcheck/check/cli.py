@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 
 # The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
 from hostcheck import SCHEMA_VERSION, config, gather, slurm
@@ -30,6 +31,7 @@ from hostcheck.exitcodes import EXIT_OK, EXIT_USAGE
 from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import write_report
 from hostcheck.profiles import PROFILES
+from hostcheck.progress import progress
 from hostcheck.report import Report, now_iso
 from hostcheck.score import FAIL_LEVELS
 
@@ -259,15 +261,25 @@ def check(request: Request, started: float) -> int:
     checks = list(request.checks)
     needs = set().union(*(c.needs for c in checks)) & set(gather.GATHERERS)
     when = now_iso()
+    out = request.output
+    line = progress(
+        "hostcheck",
+        sys.stderr,
+        out.json or out.summary,
+        request.slurm_drain,
+        limit_s=options.deadline - started,
+    )
     with _Watchdog(options.deadline, request.profile.name):
-        snapshot = gather.gather(options, needs)
-        # Children of gatherers the deadline cut off die now, not at their own limits; nothing new starts.
-        overran = time.monotonic() >= options.deadline
-        if overran:
-            kill_all()
-        results, v = evaluate(
-            snapshot, checks, request.fail_level, request.min_score, request.timeout_s, options.deadline
-        )
+        with line:  # erased before the report is printed
+            snapshot = gather.gather(replace(options, progress=line), needs)
+            # Children of gatherers the deadline cut off die now, not at their own limits; nothing new starts.
+            overran = time.monotonic() >= options.deadline
+            if overran:
+                kill_all()
+            line.begin(f"judging {len(checks)} checks")
+            results, v = evaluate(
+                snapshot, checks, request.fail_level, request.min_score, request.timeout_s, options.deadline
+            )
         report = build_report(snapshot, results, v, started, when, request.profile.name)
         code = emit(report, request.output)
         if request.slurm_drain:

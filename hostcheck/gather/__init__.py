@@ -83,6 +83,8 @@ class Options:
     state_file: str | None = None
     #: ``dcgmi diag -r`` level (the profile's dcgm_level); 0: DCGM's health watches only.
     dcgm_level: int = 0
+    #: Told each gatherer's start and end (``begin(step)``, ``end(step)``: hostcheck.progress's line on a terminal).
+    progress: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,21 @@ class Snapshot:
         return self.options.env_file or self.facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
 
 
+#: What a person watching the progress line reads for each gatherer.
+STEP_NAMES = {
+    "nvml": "NVML",
+    "system": "kernel log",
+    "tuning": "tuning",
+    "torch": "torch probe",
+    "workload": "GPU workload",
+    "datapath": "dataset reads",
+    "hardware": "host hardware",
+    "rdma": "RDMA ports",
+    "inventory": "inventory",
+    "dcgm": "DCGM",
+}
+
+
 def _timed(
     name: str,
     fn: Callable[[], Any],
@@ -121,6 +138,25 @@ def _timed(
     fallback: Callable[[Unavailable], Any],
     timings: dict,
     deadline: float | None = None,
+    progress: Any = None,
+) -> Any:
+    step = STEP_NAMES.get(name, name)
+    if progress is not None:
+        progress.begin(step)
+    try:
+        return _timed_call(name, fn, timeout, fallback, timings, deadline)
+    finally:
+        if progress is not None:
+            progress.end(step)
+
+
+def _timed_call(
+    name: str,
+    fn: Callable[[], Any],
+    timeout: float,
+    fallback: Callable[[Unavailable], Any],
+    timings: dict,
+    deadline: float | None,
 ) -> Any:
     start = time.monotonic()
     cut = deadline is not None and deadline - start < timeout
@@ -181,6 +217,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
 
     # NVML first, before the torch probe can open a CUDA context that would show up as a GPU process.
@@ -192,6 +229,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: NvmlSnapshot(error=u),
             timings,
             options.deadline,
+            options.progress,
         )
     threads = []
     if "torch" in needs:
@@ -206,7 +244,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             return gather_for(options, python, gather_tuning_env(env_file))
 
         results["workload"] = _timed(
-            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline
+            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline, options.progress
         )
 
     # Never a GPU job beside someone else's: a busy node would only look slow.
@@ -226,6 +264,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: SystemSnapshot(),
             timings,
             options.deadline,
+            options.progress,
         )
     if "tuning" in needs:
         services = tuple(facts.get("gpunode_tuning", "services_disabled") or DEFAULT_SERVICES_OFF)
@@ -236,6 +275,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: TuningSnapshot(shm_bytes=u, env=u, governors=u, thp=u, services=u),
             timings,
             options.deadline,
+            options.progress,
         )
     if "datapath" in needs:
         dirs, source = tuple(options.data_dirs), "--data-dir"
@@ -251,6 +291,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: DataPathSnapshot(source=dp_opts.source, error=u),
             timings,
             options.deadline,
+            options.progress,
         )
     # The counters of the last run: loaded once for every gatherer that compares with them, saved once below.
     state_file = options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
@@ -289,6 +330,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "rdma" in needs:
         results["rdma"] = _timed(
@@ -303,6 +345,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "inventory" in needs:
         results["inventory"] = _timed(
@@ -322,6 +365,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if state is not None:
         _save_counters(state, results, now)
@@ -345,6 +389,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
         results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))
