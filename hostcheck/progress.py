@@ -110,6 +110,12 @@ class Progress:
         with self._lock:
             self.count = f"{done}/{total}"
 
+    def print(self, text: str) -> None:
+        """A line of its own above the progress line (a log line): the progress line is redrawn after it."""
+        with self._lock:
+            self._write((_ERASE if self._drawn else "") + text + "\n")
+            self._drawn = False
+
     def estimate(self, total_s: float | None) -> None:
         with self._lock:
             self.estimate_s = total_s
@@ -148,7 +154,16 @@ class Progress:
 
 
 class Quiet:
-    """Progress where no person reads it: every call does nothing."""
+    """Progress where no person reads it: every call does nothing but :meth:`print`, which writes its line."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream
+
+    def print(self, text: str) -> None:
+        if self.stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write(text + "\n")
+                self.stream.flush()
 
     def __enter__(self) -> Quiet:
         return self
@@ -178,7 +193,7 @@ def progress(
     ``estimate_s``: what the run is expected to take; ``limit_s``: what it may take at most (a deadline)."""
     if wanted(stream, machine_output, slurm, environ):
         return Progress(stream, label, estimate_s, limit_s=limit_s)
-    return Quiet()
+    return Quiet(stream)
 
 
 def _columns(stream: Any) -> int:

@@ -14,9 +14,13 @@ from hostcheck.job.analyse import SIGNAL_DCGM, Analysis
 from hostcheck.job.diagnosis import Diagnosis, pct
 
 
-def _ended(a: Analysis) -> str:
+def _ended(a: Analysis, window_s: float | None = None) -> str:
     if a.ended_by == "window":
-        return f"stopped after the {a.duration_s:.0f} s window (exit 0)"
+        if window_s is None:
+            return "stopped at the end of its --seconds window (exit 0)"
+        # The run's duration counts the time the command took to stop after SIGINT too: said apart.
+        after = max(0.0, a.duration_s - window_s)
+        return f"stopped at the end of its {window_s:g} s window (--seconds), {after:.1f} s to exit after SIGINT (exit 0)"
     if a.ended_by == "signal":
         name = signal.Signals(a.signal).name if a.signal else "a signal"
         return f"ended by {name} sent to hostcheck (exit {a.exit_code})"
@@ -49,12 +53,13 @@ def _bytes(n: int | None) -> str:
 
 
 # long: the text report top to bottom, one section after another, as the reader sees it
-def render_text(a: Analysis, v: Diagnosis) -> str:
+def render_text(a: Analysis, v: Diagnosis, window_s: float | None = None) -> str:
+    """The report; ``window_s``: the --seconds the command was given, when it was."""
     cmd = shlex.join(a.command) if a.command else ""
     lines = [
         f"hostcheck job: {v.headline}",
         f"  command   {cmd[:200]}",
-        f"  ran       {a.duration_s:.1f} s, {_ended(a)}",
+        f"  ran       {a.duration_s:.1f} s, {_ended(a, window_s)}",
     ]
     if v.loop_kind:
         lines.append(f"  the loop  was {v.loop_kind} before it failed")

@@ -192,3 +192,15 @@ def test_no_line_when_standard_error_is_not_a_terminal(tmp_path, slow_python):
         timeout=120,
     )
     assert p.returncode in (0, 1) and p.stderr == "", p.stderr
+
+
+def test_the_job_doctor_says_what_it_watches_for_and_how_it_ends_on_a_terminal_only(tmp_path):
+    """The command's own output is the job's progress (a redrawn line would tear it): one line before it starts,
+    on a terminal, not under Slurm."""
+    argv = ["job", "--seconds", "1", "--grace", "2", "--", "sleep", "30"]
+    rc, shown, _ = run_on_pty(argv, env_for(tmp_path))
+    assert rc == 0, shown
+    want = "hostcheck job: watching the command for 1 s (--seconds), then SIGINT and up to 2 s for it to stop"
+    assert want in shown and "stopped at the end of its 1 s window" in shown, shown
+    rc, shown, _ = run_on_pty(argv, env_for(tmp_path, SLURM_JOB_ID="9"))
+    assert rc == 0 and "watching the command" not in shown and "window" in shown, shown
