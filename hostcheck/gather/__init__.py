@@ -140,29 +140,16 @@ def _timed(
     deadline: float | None = None,
     progress: Any = None,
 ) -> Any:
-    step = STEP_NAMES.get(name, name)
-    if progress is not None:
-        progress.begin(step)
-    try:
-        return _timed_call(name, fn, timeout, fallback, timings, deadline)
-    finally:
-        if progress is not None:
-            progress.end(step)
-
-
-def _timed_call(
-    name: str,
-    fn: Callable[[], Any],
-    timeout: float,
-    fallback: Callable[[Unavailable], Any],
-    timings: dict,
-    deadline: float | None,
-) -> Any:
     start = time.monotonic()
     cut = deadline is not None and deadline - start < timeout
     if cut:
         timeout = max(0.0, deadline - start)
+    step = STEP_NAMES.get(name, name)
+    if progress is not None:
+        progress.begin(step)
     finished, value = call_with_timeout(fn, timeout) if timeout > 0 else (False, None)
+    if progress is not None:
+        progress.end(step)
     timings[name] = round(time.monotonic() - start, 3)
     if not finished:
         if cut:
