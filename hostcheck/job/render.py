@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
+from hostcheck.check.render import visible
 from hostcheck.job.analyse import SIGNAL_DCGM, Analysis
 from hostcheck.job.diagnosis import Diagnosis, pct
 
@@ -199,7 +200,8 @@ def render_text(a: Analysis, v: Diagnosis, window_s: float | None = None) -> str
         lines.append(f"(hook records dropped: {why})")
     if len(a.records_dropped) > 10:
         lines.append(f"(and {len(a.records_dropped) - 10} more dropped)")
-    return "\n".join(lines) + "\n"
+    # The command, its errors and its GPUs' names are the job's: a line of theirs cannot start one of ours.
+    return "\n".join(visible(x) for x in lines) + "\n"
 
 
 def report_dict(a: Analysis, v: Diagnosis, png_path: str | None = None) -> dict[str, Any]:

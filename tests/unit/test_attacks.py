@@ -2136,8 +2136,20 @@ def _forged_pages(o: Outcome) -> None:
     assert row.count(" | ") == 6, row
 
 
+def _forged_job_check(o: Outcome) -> None:
+    _not_forged(o.err, "error Boom\\x1b]0;pwned\\x07: bad")
+
+
+#: A hook record of the job's own (the job writes its records: hostile by design) whose error type holds the OSC
+#: escape; its message's second line is a forged one (the report shows the first line of a message).
+FORGED_JOB = (
+    RECORD + 'printf \'%s\\n\' \'{"k":"proc","pid":1}\' '
+    '\'{"k":"err","type":"Boom\\u001b]0;pwned\\u0007","message":"bad\\n[PASS] all good"}\' > $f'
+)
+
 FORGING_ATTACKS = [
     A("names-forge-lines-and-escapes-text", _forged_text()),
+    A("names-forge-lines-and-escapes-job-report", _job(FORGED_JOB, check=_forged_job_check)),
     A("names-forge-lines-and-escapes-text-verbose", _forged_text("--verbose")),
     A("names-forge-lines-and-escapes-fleet-markdown-html", _fleet(_forged_fleet, check=_forged_pages)),
 ]
