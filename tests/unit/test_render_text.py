@@ -182,9 +182,11 @@ def test_the_same_finding_on_several_gpus_is_said_once():
         ),
         (
             ["mlx5_0 port 1: down", "mlx5_1 port 1: down", "mlx5_3 port 1: down"],
-            ["mlx5_0-1, 3 port 1: down"],
+            ["mlx5_0-mlx5_1, mlx5_3 port 1: down"],
         ),
         (["GPU 4: ok", "GPU 4: ok"], ["GPU 4: ok"]),
+        (["queue #1: full", "queue #2: full"], ["queue #1-#2: full"]),
+        (["mc0 corrected: 0", "mc2 corrected: 0", "mc3 corrected: 0"], ["mc0, mc2-mc3 corrected: 0"]),
         (["GPU 0: 80 C", "GPU 1: 81 C"], ["GPU 0: 80 C", "GPU 1: 81 C"]),  # different findings stay apart
         (["no GPU: driver missing"], ["no GPU: driver missing"]),
     ],

@@ -67,15 +67,20 @@ _ITEM = re.compile(r"(?P<head>[^:;]{0,60}?\d[^:;]{0,40}?): (?P<text>.+)", re.DOT
 _NUMBER = re.compile(r"\d+", re.ASCII)
 
 
-def _runs(numbers: list[int]) -> str:
-    """[0, 1, 2, 3, 5, 7, 8] -> "0-3, 5, 7-8"."""
+def _spans(numbers: list[int]) -> list[tuple[int, int]]:
+    """[0, 1, 2, 3, 5, 7, 8] -> [(0, 3), (5, 5), (7, 8)]."""
     spans: list[list[int]] = []
     for n in sorted(set(numbers)):
         if spans and n == spans[-1][1] + 1:
             spans[-1][1] = n
         else:
             spans.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return [(a, b) for a, b in spans]
+
+
+def _runs(numbers: list[int], word: str = "") -> str:
+    """[0, 1, 2, 3, 5] -> "0-3, 5"; with ``word`` (a name the number is glued to, "mc", "mlx5_"): "mc0-mc3, mc5"."""
+    return ", ".join(f"{word}{a}" if a == b else f"{word}{a}-{word}{b}" for a, b in _spans(numbers))
 
 
 def fold(parts: list[str]) -> list[str]:
@@ -89,7 +94,8 @@ def fold(parts: list[str]) -> list[str]:
         if m:
             head = m.group("head")
             numbers = _NUMBER.findall(head)
-            key: tuple = ("item", _NUMBER.sub("#", head), m.group("text"), len(numbers))
+            # NUL stands for each number: the parts were made visible, so none holds a NUL of its own.
+            key: tuple = ("item", _NUMBER.sub("\0", head), m.group("text"), len(numbers))
             entry = (i, numbers)
         else:
             key, entry = ("plain", i), (i, [])
@@ -117,14 +123,16 @@ def _fold_items(parts: list[str], key: tuple, members: list[tuple[int, list[str]
         return [parts[members[0][0]]]
     if len(differ) > 1:
         return [parts[i] for i, _ in members]
-    j, pieces = differ[0], key[1].split("#")
+    j, pieces = differ[0], key[1].split("\0")
     numbers = heads[0]
-    spans = _runs([int(h[j]) for h in heads])
-    head = "".join(
-        piece + (spans if k == j else numbers[k] if k < len(numbers) else "")
-        for k, piece in enumerate(pieces)
-    )
-    return [f"{head}: {key[2]}"]
+    before = "".join(pieces[k] + numbers[k] for k in range(j)) + pieces[j]
+    after = "".join(pieces[k] + (numbers[k] if k < len(numbers) else "") for k in range(j + 1, len(pieces)))
+    varying = [int(h[j]) for h in heads]
+    if not before or before[-1] == " ":  # "GPU 3": the numbers alone, "GPU 0-7"
+        return [f"{before}{_runs(varying)}{after}: {key[2]}"]
+    # "mc3", "mlx5_3": the name the number is glued to comes with each, "mc0-mc3"
+    word = re.search(r"\S+$", before).group()
+    return [f"{before[: -len(word)]}{_runs(varying, word)}{after}: {key[2]}"]
 
 
 def fold_message(message: str) -> str:
