@@ -86,6 +86,17 @@ def test_every_line_fits_the_width(name, width):
         assert not too_wide, too_wide
 
 
+def test_names_and_messages_longer_than_the_line_still_fit():
+    r = report("faulty_node")
+    long_host = {**r.host, "hostname": "node-" + "x" * 300}
+    worded = tuple(replace(x, message="/" + "y" * 300, hint="z" * 250) for x in r.results)
+    r = replace(r, host=long_host, results=worded)
+    for width in (40, 80):
+        for verbose in (False, True):
+            out = lines(render_text(r, verbose=verbose, width=width))
+            assert max(map(len, out)) <= width, [ln for ln in out if len(ln) > width][:3]
+
+
 def test_the_command_wraps_to_columns_and_to_100_in_a_pipe(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("COLUMNS", None)

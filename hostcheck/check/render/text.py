@@ -158,7 +158,11 @@ class _Writer:
         """``lead`` (a status word, painted with ``lead_code``) then ``text``, wrapped; later lines indented by
         ``hang`` (default: where the text starts)."""
         start = " " * indent + lead
-        hang = len(start) if hang is None else hang
+        if (
+            len(start) > self.width // 2
+        ):  # a lead that long (a hostname of 200 characters) is text, wrapped too
+            text, lead, start = f"{lead}{text}", "", " " * indent
+        hang = len(start) if hang is None else min(hang, self.width // 2)
         wrapped = textwrap.wrap(
             text,
             width=self.width,
