@@ -49,10 +49,14 @@ UNUSED = ("bench", "fleet", "job", "baseline")
 
 
 def once(argv: list[str], env: dict[str, str]) -> tuple[float, int, str, str, float]:
-    """(wall seconds, exit code, stdout, stderr, CPU seconds of the process and what it waited for)."""
+    """(wall seconds, exit code, stdout, stderr, CPU seconds of the process and what it waited for). It runs in
+    the bytecode folder: ``python -m`` puts the working folder first on sys.path, before PYTHONPATH, and a
+    checkout as the working folder would be run whatever --root says."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run(
+        argv, capture_output=True, text=True, env=env, timeout=120, cwd=env["PYTHONPYCACHEPREFIX"]
+    )
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
