@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hostcheck.checks.fabric_plan import Fabric, fabric, rdma_of, up, within
+from hostcheck.checks.fabric_plan import Fabric, fabric, group, rdma_of, up, within
 from hostcheck.gather.nccl_conf import ENV_FILE, Setting, Source
 from hostcheck.gather.rdma import LEVELS, PXB, nccl_list
 from hostcheck.registry import Outcome, Status, check, failed, passed, warned
@@ -49,18 +49,30 @@ def _ib_hca(f: Fabric, value: str, src: Source) -> list[tuple[Status, str, str]]
         if not [p for p in ports if not _matches(p.device, entries, exact) and up(p)]:
             out.append((FAIL, "excludes every active RDMA port", "excludes every active port"))
         return out
+    absent, down = [], []
     for name, port in entries:
         shown = f"{name}{f':{port}' if port else ''}"
         hits = [
             p for p in ports if _matches(p.device, [(name, port)], exact) and (port is None or p.port == port)
         ]
         if not hits:
-            out.append(
-                (FAIL, f"names {shown}, which does not exist{_quoted(value, src)}", f"{shown[:20]} absent")
-            )
+            absent.append(shown)
         elif not any(up(p) for p in hits):
-            said = ", ".join(f"{p.name} {p.state or '?'}" for p in hits[:4])
-            out.append((FAIL, f"names {shown}: {said}", f"{shown[:20]} down"))
+            down.append(f"{shown} ({', '.join(f'{p.name} {p.state or chr(63)}' for p in hits[:4])})")
+    if absent:
+        said = group([("", n) for n in absent])[0].rstrip(": ")
+        verb = "does" if len(absent) == 1 else "do"
+        out.append(
+            (FAIL, f"names {said}, which {verb} not exist{_quoted(value, src)}", f"{absent[0][:20]} absent")
+        )
+    if down:
+        out.append(
+            (
+                FAIL,
+                f"names {group([('', n) for n in down])[0].rstrip(': ')}: not up",
+                f"{down[0].split()[0][:20]} down",
+            )
+        )
     if more > 0:
         out.append(
             (WARN, f"{more} more entries not judged (the first {len(entries)} were)", f"{more} entries")
@@ -138,6 +150,13 @@ def nccl_devices(s: Any) -> Outcome:
         if src.error:
             warns.append(f"{src.shown} ({src.kind}) not read: {src.error}")
             briefs.append(f"{os.path.basename(src.shown)[:24]} not read")
+        for st in src.settings:
+            if st.name.strip() in JUDGED and st.name != st.name.strip():
+                warns.append(
+                    f"{st.name!r} ({src.where(st)}): NCCL takes the name with its spaces, so it never reads this "
+                    "line; write NAME=value"
+                )
+                briefs.append(f"{st.name.strip()[5:]} name has spaces ({_at(src, st)})")
     for name in JUDGED:
         for setting, src, used in cfg.settings(name):
             where = src.where(setting)

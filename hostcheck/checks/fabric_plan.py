@@ -93,15 +93,15 @@ def group(findings: Iterable[tuple[str, str]], listed: int = LISTED) -> list[str
 
 
 def gpu_names(s: Any, r: RdmaSnapshot) -> dict[str, str]:
-    """PCI address -> "GPU <index>": NVML's index where NVML answered, else the GPU's place in PCI address order
-    (nvidia-smi's order)."""
+    """PCI address -> "GPU <index>": NVML's index where NVML answered for every GPU on the PCI bus, else the GPU's
+    place in PCI address order (nvidia-smi's order)."""
     out: dict[str, str] = {}
     for g in getattr(getattr(s, "nvml", None), "gpus", None) or ():
         bus = g.pci_bus_id if isinstance(g.pci_bus_id, str) else ""
         dom, _colon, rest = bus.lower().partition(":")
         if rest and dom and all(c in "0123456789abcdef" for c in dom) and len(dom) <= 8:
             out[f"{int(dom, 16):04x}:{rest}"] = f"GPU {g.index}"
-    if not out:
+    if not out or any(g.address not in out for g in r.gpus):
         out = {g.address: f"GPU {i}" for i, g in enumerate(sorted(r.gpus, key=lambda g: g.address))}
     return out
 
