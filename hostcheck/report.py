@@ -10,7 +10,8 @@ from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.gpuinfo import BusId, normalise_bus_id
-from hostcheck.gather.rdma import ERROR_COUNTERS, RdmaSnapshot, nic_gpus
+from hostcheck.gather.rdma import ERROR_COUNTERS, RdmaSnapshot
+from hostcheck.gather.rdma_topology import nic_gpus
 from hostcheck.gather.suite import finite_number
 from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Result

@@ -29,14 +29,13 @@ from hostcheck.config import RAIL
 from hostcheck.gather.rdma import (
     ERROR_COUNTERS,
     LINK_DOWNED,
-    NEAR,
-    PXB,
     WINDOW_S,
     RdmaPort,
     RdmaSnapshot,
     per,
     saturated,
 )
+from hostcheck.gather.rdma_topology import NEAR, PXB
 from hostcheck.gather.state import FIRST, RISING, SAME
 from hostcheck.registry import Outcome, Status, check, failed, passed, skipped, warned
 

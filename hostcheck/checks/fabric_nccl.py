@@ -16,7 +16,8 @@ from typing import Any
 
 from hostcheck.checks.fabric_plan import Fabric, fabric, group, rdma_of, up, within
 from hostcheck.gather.nccl_conf import ENV_FILE, Setting, Source
-from hostcheck.gather.rdma import LEVELS, PXB, nccl_list
+from hostcheck.gather.rdma import nccl_list
+from hostcheck.gather.rdma_topology import LEVELS, PXB
 from hostcheck.registry import Outcome, Status, check, failed, passed, warned
 
 IB_HCA, SOCKET_IFNAME, GDR_LEVEL, IB_DISABLE = (
@@ -153,7 +154,8 @@ def nccl_devices(s: Any) -> Outcome:
         for st in src.settings:
             if st.name.strip() in JUDGED and st.name != st.name.strip():
                 warns.append(
-                    f"{st.name!r} ({src.where(st)}): NCCL takes the name with its spaces, so it never reads this "
+                    f"{_short(repr(st.name))} ({src.where(st)}): NCCL takes the name with its spaces, so it never "
+                    "reads this "
                     "line; write NAME=value"
                 )
                 briefs.append(f"{st.name.strip()[5:]} name has spaces ({_at(src, st)})")

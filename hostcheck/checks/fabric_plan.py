@@ -21,7 +21,8 @@ from typing import Any
 from hostcheck.checks.gpu import _config
 from hostcheck.config import OTHER, RAIL, Baseline, FabricSettings, PortClass
 from hostcheck.gather.base import NOT_FOUND, Unavailable
-from hostcheck.gather.rdma import (
+from hostcheck.gather.rdma import RdmaPort, RdmaSnapshot
+from hostcheck.gather.rdma_topology import (
     LEVELS,
     NEAR,
     PHB,
@@ -29,8 +30,6 @@ from hostcheck.gather.rdma import (
     PXB,
     SYS,
     Pairing,
-    RdmaPort,
-    RdmaSnapshot,
     missing_rails,
     pair_gpus,
     rails,

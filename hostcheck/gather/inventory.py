@@ -22,7 +22,8 @@ from typing import Any
 
 from hostcheck.gather.base import NOT_FOUND, Unavailable, list_dir, read_text
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind, under
-from hostcheck.gather.rdma import RdmaSnapshot, distance, nic_gpus, read_devices, read_topology
+from hostcheck.gather.rdma import RdmaSnapshot, read_devices, read_topology
+from hostcheck.gather.rdma_topology import distance, nic_gpus
 
 #: Entries read at most per folder: a node has tens of devices, not thousands.
 MAX_ENTRIES = 4096

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostcheck.gather.base import NOT_FOUND, Unavailable
-from hostcheck.gather.rdma import IB_CLASS, RdmaSnapshot, nic_gpus, parse_enum, read_devices, read_topology
+from hostcheck.gather.rdma import IB_CLASS, RdmaSnapshot, parse_enum, read_devices, read_topology
+from hostcheck.gather.rdma_topology import nic_gpus
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from hostcheck.core import build_report, evaluate
 from hostcheck.gather import Options
 from hostcheck.gather.gdr_write import parse_bw
 from hostcheck.gather.inventory import gather_inventory
-from hostcheck.gather.rdma import gather_rdma, pair_gpus
+from hostcheck.gather.rdma import gather_rdma
+from hostcheck.gather.rdma_topology import pair_gpus
 from hostcheck.registry import Status
 from hostcheck.slurm import drain_reason
 
