@@ -219,7 +219,9 @@ def port_rate(s: Any) -> Outcome:
     hint = (
         "the link trained below its speed: " + PORT_FIX + "; [fabric] or the baseline sets the expected rate"
     )
-    ok = f"{len(rated)} active port(s): {len(judged)} at their expected rate, the others at their peers' rate"
+    ok = f"{len(rated)} active port(s): {len(judged)} at their expected rate"
+    if len(judged) < len(rated):
+        ok += f", {len(rated) - len(judged)} at their peers' rate (nothing sets theirs)"
     kw = {"unit": "Gb/s", "value": min(p.rate_gbps for p in rated), "details": details}
     return _verdict(group(fails), group(warns), briefs, ok, hint, **kw)
 

@@ -419,7 +419,8 @@ def test_ibstat_captures_of_a_port_down_name_the_device(name, device, tmp_path, 
 
 
 def test_ib_write_bw_report_gbits_bw_average_through_the_probes_parser():
-    """perftest's --report_gbits output (linux-rdma/perftest issue 273): an 8-byte post-list test at 0.48 Gb/s."""
+    """perftest's --report_gbits output (SOURCES.md: a linux-rdma/perftest report): an 8-byte post-list test at
+    0.48 Gb/s."""
     said = conclusions()["ibwb-8B-gbits.txt"]
     assert "0.48" in said
     text = real_output("ibwb-8B-gbits.txt").read_text()
