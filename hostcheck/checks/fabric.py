@@ -17,11 +17,12 @@ from hostcheck.checks.fabric_plan import (
     PORT_FIX,
     Fabric,
     distance_words,
-    fabric,
     group,
     missing_rail_lines,
     rdma_of,
+    setup,
     up,
+    verdict,
     within,
 )
 from hostcheck.checks.gpu import _config
@@ -62,19 +63,6 @@ RISING_ERRORS = tuple(c for c in ERROR_COUNTERS if c != LINK_DOWNED)
 GDR_DEFAULT = PXB
 
 
-def _setup(s: Any) -> Fabric | Outcome:
-    r = rdma_of(s)
-    return r if isinstance(r, Outcome) else fabric(s, r)
-
-
-def _verdict(fails: list[str], warns: list[str], briefs: list[str], ok: str, hint: str, **kw: Any) -> Outcome:
-    if fails:
-        return failed("; ".join(fails + warns), brief=briefs[0], hint=hint, **kw)
-    if warns:
-        return warned("; ".join(warns), brief=briefs[0], hint=hint, **kw)
-    return passed(ok, **kw)
-
-
 def _down_what(p: RdmaPort) -> str:
     return f"state {p.state or '?'}, physical state {p.phys_state or '?'}"
 
@@ -82,7 +70,7 @@ def _down_what(p: RdmaPort) -> str:
 # long: the port findings (down, link layer, class counts, the baseline's missing ports, missing rails) in one pass
 @check("fabric.E001", "RDMA ports up and present, by role (rails vs the rest)", weight=8, needs=("rdma",))
 def ports_up(s: Any) -> Outcome:
-    f = _setup(s)
+    f = setup(s)
     if isinstance(f, Outcome):
         return f
     ports = f.ports
@@ -174,7 +162,7 @@ def ports_up(s: Any) -> Outcome:
         ok += f"; {sum(1 for p in ports if p.device in f.rail_set)} on GPU rails"
     if len(ports) - up_count - len(unread):
         ok += "; the others are not rails and nothing expects them up"
-    return _verdict(lines_f, lines_w, briefs, ok, hint, value=len(ports), details=details)
+    return verdict(lines_f, lines_w, briefs, ok, hint, value=len(ports), details=details)
 
 
 @check(
@@ -184,7 +172,7 @@ def ports_up(s: Any) -> Outcome:
     needs=("rdma",),
 )
 def port_rate(s: Any) -> Outcome:
-    f = _setup(s)
+    f = setup(s)
     if isinstance(f, Outcome):
         return f
     live = [p for p in f.ports if up(p)]
@@ -223,7 +211,7 @@ def port_rate(s: Any) -> Outcome:
     if len(judged) < len(rated):
         ok += f", {len(rated) - len(judged)} at their peers' rate (nothing sets theirs)"
     kw = {"unit": "Gb/s", "value": min(p.rate_gbps for p in rated), "details": details}
-    return _verdict(group(fails), group(warns), briefs, ok, hint, **kw)
+    return verdict(group(fails), group(warns), briefs, ok, hint, **kw)
 
 
 def _history(r: RdmaSnapshot) -> Outcome | None:
@@ -271,7 +259,7 @@ def _counter_findings(f: Fabric, names: tuple[str, ...], s: Any) -> Outcome:
                 notes.append(f"{p.name}: {k} {t.value} since the counters were cleared (recorded now)")
             if t.kind != RISING:
                 continue
-            row, verdict, unit = COUNTER_RULES.get(k, OTHER_RULE)
+            row, severity, unit = COUNTER_RULES.get(k, OTHER_RULE)
             line = getattr(th, row)
             sat = f", now saturated at {t.value}: at least that many" if full else ""
             if unit and elapsed is None:
@@ -295,7 +283,7 @@ def _counter_findings(f: Fabric, names: tuple[str, ...], s: Any) -> Outcome:
                 said = f"{k} +{t.delta}{span}{sat} ({hourly}), line {line} new"
                 brief = f"{p.short} {k} +{t.delta} ({hourly})"
             if over:
-                (fails if verdict is Status.FAIL else warns).append((said, p.name))
+                (fails if severity is Status.FAIL else warns).append((said, p.name))
                 briefs.append(brief)
             else:
                 notes.append(f"{p.name}: {said}: below the line")
@@ -310,18 +298,18 @@ def _counter_findings(f: Fabric, names: tuple[str, ...], s: Any) -> Outcome:
     ok = f"{judged} port(s){period}: no counter past its line"
     if unread:
         ok += f" ({len(unread)} port(s) without readable counters, not judged)"
-    return _verdict(group(fails), group(warns), briefs, ok, COUNTER_FIX, details=details)
+    return verdict(group(fails), group(warns), briefs, ok, COUNTER_FIX, details=details)
 
 
 @check("fabric.E003", "RDMA port error counters per unit of time", weight=5, needs=("rdma",))
 def port_errors(s: Any) -> Outcome:
-    f = _setup(s)
+    f = setup(s)
     return f if isinstance(f, Outcome) else _counter_findings(f, RISING_ERRORS, s)
 
 
 @check("fabric.E004", "RDMA link-down events since the last run", weight=5, needs=("rdma",))
 def link_downed(s: Any) -> Outcome:
-    f = _setup(s)
+    f = setup(s)
     return f if isinstance(f, Outcome) else _counter_findings(f, (LINK_DOWNED,), s)
 
 
@@ -355,7 +343,7 @@ def firmware(s: Any) -> Outcome:
 
 @check("fabric.E006", "Each GPU's rail NIC near it (NCCL's PCIe distance)", weight=3, needs=("rdma",))
 def placement(s: Any) -> Outcome:
-    f = _setup(s)
+    f = setup(s)
     if isinstance(f, Outcome):
         return f
     if not f.r.gpus:
@@ -400,12 +388,12 @@ def placement(s: Any) -> Outcome:
     ok = f"{len(f.pairs)} GPU(s), each with a NIC within {expected or GDR_DEFAULT}"
     if gone:
         ok += f" ({len(gone)} without a rail: fabric.E001)"
-    return _verdict(fails, warns, briefs, ok, hint, details=tuple(details))
+    return verdict(fails, warns, briefs, ok, hint, details=tuple(details))
 
 
 @check("fabric.E007", "ACS off on the GPU-NIC PCIe paths", weight=5, needs=("rdma",))
 def acs_off(s: Any) -> Outcome:
-    f = _setup(s)
+    f = setup(s)
     if isinstance(f, Outcome):
         return f
     pairs = [p for p in f.pairs if p.nic and within(p.level, "PHB")]

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hostcheck.checks.fabric_plan import Fabric, fabric, group, rdma_of, up, within
+from hostcheck.checks.fabric_plan import Fabric, group, setup, up, verdict, within
 from hostcheck.gather.nccl_conf import ENV_FILE, Setting, Source
 from hostcheck.gather.rdma import nccl_list
 from hostcheck.gather.rdma_topology import LEVELS, PXB
-from hostcheck.registry import Outcome, Status, check, failed, passed, warned
+from hostcheck.registry import Outcome, Status, check
 
 IB_HCA, SOCKET_IFNAME, GDR_LEVEL, IB_DISABLE = (
     "NCCL_IB_HCA",
@@ -141,11 +141,10 @@ def _at(src: Source, s: Setting) -> str:
     needs=("rdma",),
 )
 def nccl_devices(s: Any) -> Outcome:
-    r = rdma_of(s)
-    if isinstance(r, Outcome):
-        return r
-    f = fabric(s, r)
-    cfg = r.nccl
+    f = setup(s)
+    if isinstance(f, Outcome):
+        return f
+    cfg = f.r.nccl
     fails, warns, briefs, seen = [], [], [], []
     for src in cfg.sources:
         if src.error:
@@ -182,11 +181,8 @@ def nccl_devices(s: Any) -> Outcome:
         "and interfaces from 'ip link' (NCCL's environment variable documentation); NCCL takes the environment "
         "first, then NCCL_CONF_FILE (else ~/.nccl.conf), then /etc/nccl.conf"
     )
-    if fails:
-        return failed("; ".join(fails + warns), brief=briefs[0], hint=hint, details=details)
-    if warns:
-        return warned("; ".join(warns), brief=briefs[0], hint=hint, details=details)
     where = f" (read: {', '.join(read)})" if read else " (no NCCL configuration found)"
+    ok = "; ".join(seen) + f": every named device exists and is up{where}"
     if not seen:
-        return passed(f"no NCCL device variable set: NCCL chooses the devices itself{where}", details=details)
-    return passed("; ".join(seen) + f": every named device exists and is up{where}", details=details)
+        ok = f"no NCCL device variable set: NCCL chooses the devices itself{where}"
+    return verdict(fails, warns, briefs, ok, hint, details=details)

@@ -34,7 +34,7 @@ from hostcheck.gather.rdma_topology import (
     pair_gpus,
     rails,
 )
-from hostcheck.registry import Outcome, errored, skipped
+from hostcheck.registry import Outcome, errored, failed, passed, skipped, warned
 
 UP_STATE, UP_PHYS = "ACTIVE", "LinkUp"
 #: NCCL's words for each distance (NCCL's environment variable documentation, NCCL_P2P_LEVEL).
@@ -77,6 +77,21 @@ def rdma_of(s: Any) -> RdmaSnapshot | Outcome:
     if not r.devices:
         return skipped("no RDMA device on this node (/sys/class/infiniband is empty)")
     return r
+
+
+def setup(s: Any) -> Fabric | Outcome:
+    """The node's fabric with its roles and expectations, or the skip or error that says why there is none."""
+    r = rdma_of(s)
+    return r if isinstance(r, Outcome) else fabric(s, r)
+
+
+def verdict(fails: list[str], warns: list[str], briefs: list[str], ok: str, hint: str, **kw: Any) -> Outcome:
+    """Fail with every line where one fails, else warn, else pass; the first finding's brief stands for it."""
+    if fails:
+        return failed("; ".join(fails + warns), brief=briefs[0], hint=hint, **kw)
+    if warns:
+        return warned("; ".join(warns), brief=briefs[0], hint=hint, **kw)
+    return passed(ok, **kw)
 
 
 def group(findings: Iterable[tuple[str, str]], listed: int = LISTED) -> list[str]:
@@ -229,6 +244,8 @@ __all__ = [
     "missing_rail_lines",
     "ports_of",
     "rdma_of",
+    "setup",
     "up",
+    "verdict",
     "within",
 ]
