@@ -235,6 +235,12 @@ BASELINE_OPTIONAL: dict[str, dict[str, tuple[str, ...]]] = {
 }
 #: Entries per device list at most: a node has tens of devices.
 BASELINE_MAX_ITEMS = 1024
+#: Rows a configuration may still name from an earlier release, and what replaced them: refused with that, so a
+#: site learns what to set instead.
+RETIRED_THRESHOLDS = {
+    "rdma_error_rise_fail": "fabric.E003 judges each port counter per unit of time now, against the rows "
+    "rdma_symbol_error_fail_per_h, rdma_fatal_counter_rise_fail and their warning lines (docs/fabric.md)",
+}
 
 
 @dataclass(frozen=True)
@@ -598,6 +604,9 @@ def _thresholds(t: _Table | None, path: str) -> tuple[Any, Any]:
     node, job = Thresholds(), JobThresholds()
     if t is None:
         return node, job
+    for name, why in RETIRED_THRESHOLDS.items():
+        if name in t.value:
+            raise ConfigError(path, t.key(name), f"retired: {why}; remove it")
     given: dict[str, Any] = {}
     for name, row in thresholds.ROWS.items():
         if row.kind is int:

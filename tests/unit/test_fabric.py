@@ -592,6 +592,8 @@ def test_a_fault_on_every_port_of_a_large_node_is_one_grouped_line(ib, tmp_path,
 def test_the_fabric_section_is_checked_like_every_other():
     from hostcheck.config import ConfigError
 
+    with pytest.raises(ConfigError, match=r"retired: fabric\.E003 judges each port counter per unit of time"):
+        parse({"thresholds": {"rdma_error_rise_fail": 101}})
     assert parse(EXPECTED).fabric.rate_gbps == 400.0
     rails_twice = {"expected_ports": 8, "ports": [{"name": "r", "role": "rail", "count": 8}]}
     for bad, key in (
@@ -608,6 +610,7 @@ def test_the_fabric_section_is_checked_like_every_other():
         ),
         ({"fabric": rails_twice}, "fabric.ports[0].role"),
         ({"thresholds": {"rdma_link_downed_rise_fail": 0}}, "thresholds.rdma_link_downed_rise_fail"),
+        ({"thresholds": {"rdma_error_rise_fail": 101}}, "thresholds.rdma_error_rise_fail"),
         (
             {"baseline": {"rdma": [{"name": "a:1", "rate_gbps": 1, "distance": "FAR"}]}},
             "baseline.rdma[0].distance",
