@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hostcheck.config import LINK_LAYERS
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.inventory import NodeInventory
 
@@ -52,6 +53,12 @@ def section(inv: NodeInventory, host: str = "", when: str = "") -> tuple[dict[st
             missing(f"{key} ports", ports)
             continue
         out[key] = [{"name": p.name, unit: _rate(p.rate)} for p in ports]
+        if (
+            key == "rdma"
+        ):  # the fabric checks' expectations per port: its link layer, its GPU and their distance
+            for row, p in zip(out[key], ports):
+                row.update(link_layer=p.link_layer if p.link_layer in LINK_LAYERS else "")
+                row.update(gpu=p.gpu, distance=p.distance)
         left_out += [
             f"{p.name}: no rate (down, or virtual), recorded without one" for p in ports if p.rate is None
         ]

@@ -2,7 +2,8 @@
 ``hostcheck baseline`` records on a known-good node and the roles deploy per inventory group. Pure functions of the
 Snapshot; the reading is hostcheck.gather.inventory, the memory tolerance hostcheck/data/thresholds.json
 (docs/baseline.md). Each fault is reported by one check: a device missing by the check of its kind (E003 NVMe, E004
-ports, E005 GPUs), never again by the link check (E006).
+network ports, E005 GPUs; the RDMA ports the baseline records by fabric.E001, E002 and E006, which take each port's
+expectations from it), never again by the link check (E006).
 """
 
 from __future__ import annotations
@@ -165,31 +166,25 @@ def _ports(
     return fails, warns
 
 
-@check("baseline.E004", "Network and RDMA ports at their baseline rates", weight=5, needs=("inventory",))
+@check("baseline.E004", "Network ports at their baseline speeds", weight=5, needs=("inventory",))
 def ports(s: Any) -> Outcome:
-    got = _setup(s, "network or RDMA ports", lambda b: (b.nics or ()) + (b.rdma or ()))
+    rdma = "; its RDMA ports are judged by fabric.E001, E002 and E006 (one check per fault)"
+    got = _setup(s, "network ports", lambda b: b.nics)
     if isinstance(got, Outcome):
-        return got
-    inv, b, _part = got
-    fails, warns, details = [], [], []
-    for kind, unit, have, want in (
-        ("port", "Mb/s", inv.nics, b.nics),
-        ("RDMA port", "Gb/s", inv.rdma, b.rdma),
-    ):
-        if want is None:
-            continue
-        if isinstance(have, Unavailable):
-            return _unavailable(f"{kind}s", have)
-        f, w = _ports(kind, unit, have, want)
-        fails += f
-        warns += w
-        details += [f"{p.name}: {'down' if p.rate is None else f'{p.rate:g} {unit}'}" for p in have]
-    n = len(b.nics or ()) + len(b.rdma or ())
+        b = _config(s).baseline
+        return skipped(got.message + rdma, hint=got.hint) if b is not None and b.rdma else got
+    inv, b, want = got
+    if isinstance(inv.nics, Unavailable):
+        return _unavailable("ports", inv.nics)
+    fails, warns = _ports("port", "Mb/s", inv.nics, want)
+    details = [f"{p.name}: {'down' if p.rate is None else f'{p.rate:g} Mb/s'}" for p in inv.nics]
+    if b.rdma:
+        details.append("RDMA ports: judged against this baseline by fabric.E001, E002 and E006")
     hint = (
-        "a port down or trained at a lower rate: check the cable and transceiver ('ethtool <port>', "
-        "'ibstat', 'mlxlink'), then " + REPLACED
+        "a port down or trained at a lower speed: check the cable and transceiver ('ethtool <port>', 'ip link'), "
+        "then " + REPLACED
     )
-    return _verdict(fails, warns, f"{n} port(s) up at their baseline rates", details, hint)
+    return _verdict(fails, warns, f"{len(want)} port(s) up at their baseline speeds", details, hint)
 
 
 @check("baseline.E005", "GPUs and their VBIOS as in the baseline", weight=5, needs=("inventory", "nvml"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,17 @@ from typing import Any, Callable
 from hostcheck.config import Config
 from hostcheck.gather import dcgm as dcgm_gather
 from hostcheck.gather import state as counter_state
-from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Runner, Unavailable, read_text, run_cmd
+from hostcheck.gather.base import (
+    BUSY,
+    CRASHED,
+    HOST_ROOT,
+    TIMEOUT,
+    Runner,
+    Unavailable,
+    read_text,
+    run_cmd,
+    under,
+)
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.dcgm import DcgmSnapshot, gather_dcgm
@@ -19,6 +30,7 @@ from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HardwareSnapshot, gather_hardware
 from hostcheck.gather.hardware import counters_of as hardware_counters
 from hostcheck.gather.inventory import NodeInventory, gather_inventory
+from hostcheck.gather.nccl_conf import NcclConfig, read_nccl_config
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml, nvlink_counters
 from hostcheck.gather.rdma import RdmaSnapshot, gather_rdma
 from hostcheck.gather.rdma import counters_of as rdma_counters
@@ -322,7 +334,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     if "rdma" in needs:
         results["rdma"] = _timed(
             "rdma",
-            lambda: gather_rdma(options.host_root, state, gather_tuning_env(env_file), env_file, now),
+            lambda: gather_rdma(options.host_root, state, fabric_nccl(options, env_file), now),
             options.gather_timeout_s,
             lambda u: RdmaSnapshot(
                 root=options.host_root,
@@ -415,6 +427,24 @@ def _save_counters(state: counter_state.CounterState, results: dict[str, Any], n
     saved = counter_state.save_state(state, current, now)
     for name, snap in done.items():
         results[name] = dataclasses.replace(snap, state=saved)
+
+
+def fabric_nccl(options: Options, env_file: str) -> NcclConfig:
+    """NCCL's configuration for the fabric checks, all of it under the one host root: under another root than /
+    neither this process's environment nor this machine's facts or files are read (a training environment file
+    named on the command line is read as named)."""
+    users = options.config.fabric.nccl_users
+    root = options.host_root
+    if root == HOST_ROOT:
+        return read_nccl_config(root, env_file, os.environ, users)
+    path = options.env_file
+    if not path:
+        facts_dir = options.facts_dir
+        if facts_dir == DEFAULT_FACTS_DIR:
+            facts_dir = under(root, DEFAULT_FACTS_DIR)
+        named = gather_facts(facts_dir).get("gpunode_tuning", "env_file")
+        path = under(root, named if isinstance(named, str) and named else DEFAULT_ENV_FILE)
+    return read_nccl_config(root, path, None, users)
 
 
 def gather_tuning_env(env_file: str) -> dict[str, str]:

@@ -22,7 +22,8 @@ from typing import Any
 
 from hostcheck.gather.base import NOT_FOUND, Unavailable, list_dir, read_text
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind, under
-from hostcheck.gather.rdma import read_devices
+from hostcheck.gather.rdma import RdmaSnapshot, read_devices, read_topology
+from hostcheck.gather.rdma_topology import distance, nic_gpus
 
 #: Entries read at most per folder: a node has tens of devices, not thousands.
 MAX_ENTRIES = 4096
@@ -50,10 +51,14 @@ class NvmeDrive:
 @dataclass(frozen=True)
 class Port:
     """A network port (``eth0``, speed in Mb/s) or an RDMA port (``mlx5_0:1``, rate in Gb/s); None: down or
-    unknown."""
+    unknown. An RDMA port also has its link layer, and the GPU its NIC serves by PCIe topology with NCCL's word
+    for the distance between them ("" where it serves none)."""
 
     name: str
     rate: float | None
+    link_layer: str = ""
+    gpu: str = ""
+    distance: str = ""
 
 
 @dataclass(frozen=True)
@@ -211,13 +216,29 @@ def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
 
 def read_rdma(root: str) -> tuple[Port, ...] | Unavailable:
     """Every RDMA port (``<device>:<port>``) and its rate in Gb/s (None unless ACTIVE), as NHC's check_hw_ib reads
-    them, through the fabric gatherer's reader of /sys/class/infiniband."""
+    them, through the fabric gatherer's reader of /sys/class/infiniband; with its link layer and the GPU its NIC
+    serves (hostcheck.gather.rdma.nic_gpus, the fabric checks' pairing) and their distance."""
     devices = read_devices(root)
     if isinstance(devices, Unavailable):
         return () if devices.kind == NOT_FOUND else devices  # no RDMA driver: no ports
+    gpus, nics = read_topology(root, devices)
+    snap = RdmaSnapshot(root=root, devices=devices, gpus=gpus, nics=nics)
+    served = nic_gpus(snap)
+    paths = {p.address: p for p in (*gpus, *nics)}
+    level: dict[str, str] = {}
+    for d in devices:
+        g, n = paths.get(served.get(d.name, "")), paths.get(d.pci or "")
+        if g is not None and n is not None:
+            level[d.name] = distance(g, n)[0]
     # A port that is not ACTIVE ("1: DOWN", "2: INIT") carries no traffic whatever its rate says.
     return tuple(
-        Port(f"{d.name}:{p.port}", p.rate_gbps if p.state in ("", "ACTIVE") else None)
+        Port(
+            f"{d.name}:{p.port}",
+            p.rate_gbps if p.state in ("", "ACTIVE") else None,
+            p.link_layer,
+            served.get(d.name, ""),
+            level.get(d.name, ""),
+        )
         for d in devices
         for p in d.ports
     )

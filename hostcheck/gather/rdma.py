@@ -1,5 +1,5 @@
 """The RDMA fabric from sysfs: InfiniBand/RoCE ports, the PCI paths between GPUs and NICs, ACS on the bridges
-between them, the GPUDirect RDMA kernel path and the NCCL variables of the training environment.
+between them, the GPUDirect RDMA kernel path and NCCL's configuration (hostcheck.gather.nccl_conf).
 
 Read-only, under the one host root (``Options.host_root``), every file through the one bounded reader; the
 ``parse_*`` functions are pure. Nothing is written but the counters (through :mod:`hostcheck.gather.state`, by
@@ -12,6 +12,14 @@ Documentation/ABI/testing/sysfs-bus-pci; ACS (PCI Express extended capability 0x
 the PCI Express Base Specification as pciutils' ``lspci -vvv`` decodes it (``ACSCtl: SrcValid+ ...``, ls-ecaps.c).
 A non-root reader gets the first 64 bytes of a device's ``config`` only (drivers/pci/pci-sysfs.c), so ACS is then
 "not readable", never "off".
+
+The error counters are the PMA PortCounters fields, whose widths the kernel reads them at
+(drivers/infiniband/core/sysfs.c, ``PORT_PMA_ATTR``): ``link_downed`` and ``link_error_recovery`` 8 bits, the
+constraint errors 8 bits, ``local_link_integrity_errors`` and ``excessive_buffer_overrun_errors`` 4 bits, the
+others 16 bits. PMA counters stop at their maximum (the InfiniBand architecture's PortCounters attribute): a
+counter at its maximum is saturated and cannot rise however many events follow.
+
+Where GPUs and NICs sit against each other, in NCCL's words, is hostcheck.gather.rdma_topology's.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dataclasses import dataclass, field
 from hostcheck import infile
 from hostcheck.gather.base import HOST_ROOT, Unavailable, list_dir, parse_counter, read_text, under
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind
+from hostcheck.gather.nccl_conf import NcclConfig
 from hostcheck.gather.state import CounterState
 
 IB_CLASS = "sys/class/infiniband"
@@ -55,6 +64,23 @@ ERROR_COUNTERS = (
     "VL15_dropped",
 )
 LINK_DOWNED = "link_downed"
+#: Seconds in each unit a counter line is stated per (NVIDIA NVSentinel states them per second, minute or hour).
+WINDOW_S = {"s": 1.0, "min": 60.0, "h": 3600.0}
+#: Each error counter's width in bits as the kernel reads it (drivers/infiniband/core/sysfs.c, PORT_PMA_ATTR).
+COUNTER_BITS = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+}
 
 
 @dataclass(frozen=True)
@@ -70,10 +96,18 @@ class RdmaPort:
     link_layer: str = ""  # InfiniBand / Ethernet
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
+    #: Why no error counter could be read ("" when one was): the folder missing, or what a file said instead
+    #: of a number ("N/A (no PMA)": the device has no performance management agent).
+    counters_unread: str = ""
 
     @property
     def name(self) -> str:
         return f"{self.device} port {self.port}"
+
+    @property
+    def short(self) -> str:
+        """``mlx5_3:1``, for the few words of a drain reason."""
+        return f"{self.device}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -127,11 +161,15 @@ class RdmaSnapshot:
     gpudirect: GpuDirect = field(default_factory=GpuDirect)
     #: Network interfaces and their operstate (up, down, unknown...).
     netifs: dict[str, str] | Unavailable = field(default_factory=dict)
-    #: The NCCL_* variables of the training environment file, and that file.
-    nccl_env: dict[str, str] = field(default_factory=dict)
-    env_file: str = ""
+    #: NCCL's configuration: the environment and NCCL's files, in NCCL's order.
+    nccl: NcclConfig = field(default_factory=NcclConfig)
     state: CounterState = field(default_factory=CounterState)
     taken_at: float = 0.0
+
+    @property
+    def nccl_env(self) -> dict[str, str]:
+        """The NCCL_* variables NCCL uses (the first source setting each)."""
+        return self.nccl.effective()
 
 
 # --- pure parsing ---------------------------------------------------------------------------------------
@@ -203,6 +241,19 @@ def nccl_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
     return exclude, exact, out
 
 
+def saturated(counter: str, value: int) -> bool:
+    """True when ``counter`` is at the largest value its PMA field holds (it stops there: it cannot rise)."""
+    bits = COUNTER_BITS.get(counter)
+    return bits is not None and value >= (1 << bits) - 1
+
+
+def per(delta: int, elapsed_s: float, unit: str) -> float:
+    """A counter's rise as a rate per ``unit``, taken over at least one ``unit``: a rise over a shorter interval
+    counts as if spread over a whole one, so a short gap between two runs never inflates a burst into a rate."""
+    window = WINDOW_S[unit]
+    return delta * window / max(elapsed_s, window)
+
+
 # --- reading --------------------------------------------------------------------------------------------
 
 
@@ -218,21 +269,30 @@ def _link_name(path: str) -> str | None:
         return None
 
 
-def _counters(folder: str) -> dict[str, int]:
+def _counters(folder: str) -> tuple[dict[str, int], str]:
+    """The counters of a folder, and why none of GCM's error counters could be read ("" when one was)."""
     names = list_dir(folder)
+    if isinstance(names, Unavailable):
+        return {}, names.reason
     out: dict[str, int] = {}
-    for n in names[:MAX_COUNTERS] if isinstance(names, list) else ():
+    said = ""
+    for n in names[:MAX_COUNTERS]:
         if re.fullmatch(r"[A-Za-z0-9_]{1,64}", n):
             t = read_text(os.path.join(folder, n), 64)
             v = parse_counter(t) if isinstance(t, str) else None
             if v is not None:
                 out[n] = v
-    return out
+            elif n in COUNTER_BITS and not said:
+                said = f"{n}: {t.strip()[:40]!r}" if isinstance(t, str) else f"{n}: {t.reason}"
+    if any(k in out for k in ERROR_COUNTERS):
+        return out, ""
+    return out, said or "no error counter in counters/"
 
 
 def read_port(dev_dir: str, device: str, port: str) -> RdmaPort:
     d = os.path.join(dev_dir, "ports", port)
     rate = _text(os.path.join(d, "rate"))
+    counters, unread = _counters(os.path.join(d, "counters"))
     return RdmaPort(
         device=device,
         port=int(port),
@@ -241,8 +301,9 @@ def read_port(dev_dir: str, device: str, port: str) -> RdmaPort:
         rate_gbps=parse_rate(rate),
         rate_text=rate[:40],
         link_layer=_text(os.path.join(d, "link_layer"))[:20],
-        counters=_counters(os.path.join(d, "counters")),
-        hw_counters=_counters(os.path.join(d, "hw_counters")),
+        counters=counters,
+        hw_counters=_counters(os.path.join(d, "hw_counters"))[0],
+        counters_unread=unread,
     )
 
 
@@ -343,84 +404,41 @@ def counters_of(snap: RdmaSnapshot) -> dict[str, dict[str, int]]:
     }
 
 
-def gather_rdma(
-    root: str = HOST_ROOT,
-    state: CounterState | None = None,
-    env: dict[str, str] | None = None,
-    env_file: str = "",
-    now: float = 0.0,
-) -> RdmaSnapshot:
-    """Read everything, judge nothing. ``state``: the counters of the last run, loaded once by the caller (who also
-    saves this run's, :func:`counters_of`, once with every other namespace)."""
-    devices = read_devices(root)
+def read_topology(
+    root: str, devices: tuple[RdmaDevice, ...] | Unavailable
+) -> tuple[tuple[PciPath, ...], tuple[PciPath, ...]]:
+    """The PCI paths of the GPUs and of the RDMA devices' functions (none without an RDMA device)."""
+    if not isinstance(devices, tuple) or not devices:
+        return (), ()
     nics = []
-    for d in devices if isinstance(devices, tuple) else ():
+    for d in devices:
         path = read_path(root, d.pci, "NIC") if d.pci else None
         if path is not None:
             nics.append(path)
-    gpus = read_gpu_paths(root) if isinstance(devices, tuple) and devices else ()
+    return read_gpu_paths(root), tuple(nics)
+
+
+def gather_rdma(
+    root: str = HOST_ROOT,
+    state: CounterState | None = None,
+    nccl: NcclConfig | None = None,
+    now: float = 0.0,
+) -> RdmaSnapshot:
+    """Read everything, judge nothing. ``state``: the counters of the last run, loaded once by the caller (who also
+    saves this run's, :func:`counters_of`, once with every other namespace); ``nccl``: NCCL's configuration
+    (hostcheck.gather.nccl_conf.read_nccl_config, read by the caller under the same root)."""
+    devices = read_devices(root)
+    gpus, nics = read_topology(root, devices)
     bridges = sorted({b for p in (*gpus, *nics) for b in p.bridges})
     return RdmaSnapshot(
         root=root,
         devices=devices,
         gpus=gpus,
-        nics=tuple(nics),
+        nics=nics,
         acs={b: read_acs(root, b) for b in bridges[:256]},
         gpudirect=read_gpudirect(root),
         netifs=read_netifs(root),
-        nccl_env={k: v for k, v in (env or {}).items() if k.startswith("NCCL_")},
-        env_file=env_file,
+        nccl=nccl or NcclConfig(),
         state=state or CounterState(),
         taken_at=now,
     )
-
-
-# --- GPU-NIC placement (pure: the checks and the Prometheus series both use it) ---------------------------
-
-SWITCH, NUMA, APART = "switch", "numa", "apart"
-
-
-@dataclass(frozen=True)
-class Pairing:
-    """A GPU's nearest RDMA NIC: under the same PCIe switch (a bridge in common), else on the same NUMA node."""
-
-    gpu: str  # PCI address
-    nic: str | None  # RDMA device name (mlx5_0), None when there is no NIC at all
-    level: str  # SWITCH, NUMA or APART
-    #: The bridges between the two (for ACS): below the deepest common bridge, and that bridge itself.
-    bridges: tuple[str, ...] = ()
-
-
-def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def pair_gpus(snap: RdmaSnapshot) -> tuple[Pairing, ...]:
-    names = {d.pci: d.name for d in snap.devices if d.pci} if isinstance(snap.devices, tuple) else {}
-    out = []
-    for g in snap.gpus:
-        best: tuple[int, int, str, str, tuple[str, ...]] | None = None
-        for n in snap.nics:
-            name = names.get(n.address)
-            if name is None:
-                continue
-            shared = _common(g.bridges, n.bridges) if g.root == n.root else 0
-            if shared:
-                level, rank = SWITCH, 2
-                between = (g.bridges[shared - 1], *g.bridges[shared:], *n.bridges[shared:])
-            else:
-                same = g.numa_node is not None and g.numa_node == n.numa_node
-                level, rank = (NUMA, 1) if same else (APART, 0)
-                between = (*g.bridges, *n.bridges)
-            key = (rank, shared, name, level, tuple(dict.fromkeys(between)))
-            # Nearest first; among equals the first device by name.
-            if best is None or (key[0], key[1]) > (best[0], best[1]):
-                best = key
-        if best is None:
-            out.append(Pairing(g.address, None, APART))
-        else:
-            out.append(Pairing(g.address, best[2], best[3], best[4]))
-    return tuple(out)

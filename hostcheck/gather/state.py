@@ -2,7 +2,8 @@
 
 One small JSON file (``/var/lib/hostcheck/state.json`` by default; ``--state-file`` or ``[hardware] state_file``)
 holds the last value of every counter, grouped by namespace (``edac``, ``aer``, ``pcie_replay``, ``dstate``,
-``nvlink``; the fabric's port counters can add theirs). Anyone with root could have put anything there, so it is read through the
+``nvlink``, ``rdma``), and when each namespace was last read (``read_at``): a run that reads only some namespaces
+keeps the others' values and their times, so a rate per unit of time is never taken over the wrong interval. Anyone with root could have put anything there, so it is read through the
 one bounded reader (:func:`hostcheck.gather.facts.read_fact`: no FIFO, no device, no endless file) and written
 through the one atomic writer (:func:`hostcheck.outfile.write_atomic`). A state that cannot be read is no history
 (the run records a baseline and says why); one that cannot be written is kept as an error for system.E010 to
@@ -11,6 +12,7 @@ report, never a crash. A counter that went down (a reboot, a driver reload) star
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -57,6 +59,8 @@ class CounterState:
     write_error: Unavailable | None = None
     #: True when there was no state file at all.
     first_run: bool = False
+    #: namespace -> when the last run read it (seconds since the epoch); absent in files written before it was kept.
+    read_at: dict[str, float] = field(default_factory=dict)
 
     def trend(self, namespace: str, key: str, value: int) -> Trend:
         prev = self.previous.get(namespace, {}).get(key)
@@ -66,8 +70,11 @@ class CounterState:
             return Trend(RESET, value, prev)
         return Trend(RISING if value > prev else SAME, value, prev)
 
-    def elapsed_s(self, now: float) -> float | None:
-        return None if self.previous_at is None else max(0.0, now - self.previous_at)
+    def elapsed_s(self, now: float, namespace: str | None = None) -> float | None:
+        """Seconds since the last run (``namespace``: since that namespace was last read; None when the file does
+        not say, never a guess)."""
+        at = self.previous_at if namespace is None else self.read_at.get(namespace)
+        return None if at is None else max(0.0, now - at)
 
 
 def _counters(raw: Any) -> dict[str, dict[str, int]]:
@@ -100,8 +107,22 @@ def load_state(path: str) -> CounterState:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         return CounterState(path=path, read_error=Unavailable(ERROR, f"{path} is not a hostcheck state file"))
     at = doc.get("taken_at")
-    ok_at = isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) and at >= 0
-    return CounterState(path=path, previous=_counters(doc.get("counters")), previous_at=at if ok_at else None)
+    raw_read = doc.get("read_at")
+    read_at = {
+        ns: float(t)
+        for ns, t in (list(raw_read.items())[:64] if isinstance(raw_read, dict) else ())
+        if isinstance(ns, str) and _time(t)
+    }
+    return CounterState(
+        path=path,
+        previous=_counters(doc.get("counters")),
+        previous_at=at if _time(at) else None,
+        read_at=read_at,
+    )
+
+
+def _time(t: Any) -> bool:
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
 
 
 def save_state(state: CounterState, current: dict[str, dict[str, int]], now: float) -> CounterState:
@@ -109,13 +130,13 @@ def save_state(state: CounterState, current: dict[str, dict[str, int]], now: flo
     with the write's error, if any."""
     merged = {ns: dict(v) for ns, v in state.previous.items()}
     merged.update({ns: dict(v) for ns, v in current.items()})
-    doc = {"schema": SCHEMA, "taken_at": now, "counters": merged}
+    read_at = {ns: t for ns, t in state.read_at.items() if ns in merged}
+    read_at.update(dict.fromkeys(current, now))
+    doc = {"schema": SCHEMA, "taken_at": now, "counters": merged, "read_at": read_at}
     try:
         os.makedirs(os.path.dirname(os.path.abspath(state.path)), mode=0o755, exist_ok=True)
         write_atomic(state.path, json.dumps(doc, sort_keys=True, indent=1) + "\n")
     except OSError as exc:
         why = Unavailable(ERROR, f"{state.path} not written: {exc.strerror or exc}")
-        return CounterState(
-            state.path, state.previous, state.previous_at, state.read_error, why, state.first_run
-        )
+        return dataclasses.replace(state, write_error=why)
     return state

@@ -1017,6 +1017,49 @@ def _rdma_hostile(c: Ctx) -> Run:
     return Run(argv, JUDGED, check=check)
 
 
+def _nccl_hostile(
+    plant: Callable[[Ctx, Path], None], *words: str, status: str = "warn"
+) -> Callable[[Ctx], Run]:
+    """A node (an HGX H100 tree, tests/unit/fixtures/fabrictree.py) whose NCCL configuration (/etc/nccl.conf,
+    the file NCCL_CONF_FILE names, the training environment file) is hostile: read without blocking or following
+    a device, never an internal error; fabric.E009 says what it could not read or what is stale, briefly."""
+
+    def build(c: Ctx) -> Run:
+        import fabrictree
+
+        host = fabrictree.build(c.root / "host")
+        (host / "etc").mkdir(exist_ok=True)
+        plant(c, host)
+
+        def check(o: Outcome) -> None:
+            statuses = {cid: r["status"] for cid, r in o.checks().items()}
+            assert "error" not in statuses.values(), statuses
+            e009 = o.checks()["fabric.E009"]
+            assert e009["status"] == status and all(w in e009["message"] for w in words), e009["message"]
+            assert len(e009["message"]) < 4000 and len(f"hostcheck: fabric.E009 {e009['brief']}") <= 80
+
+        return Run(c.base("--host-root", str(host), only="fabric", json_out=True), JUDGED, check=check)
+
+    return build
+
+
+def _nccl_conf(data: bytes) -> Callable[[Ctx, Path], None]:
+    return lambda c, host: (host / "etc/nccl.conf").write_bytes(data)
+
+
+def _nccl_conf_file_fifo(c: Ctx, host: Path) -> None:
+    os.mkfifo(host / "etc/site-nccl.conf")
+    c.env_file.write_text("NCCL_CONF_FILE=/etc/site-nccl.conf\n")
+
+
+NCCL_ABSURD = (
+    b"NCCL_IB_HCA=^^^=::::,,,,=" + b"\x1b[31m" * 50 + b"\n"
+    b"NCCL_NET_GDR_LEVEL=999999999999999999999999999999\n"
+    b"NCCL_SOCKET_IFNAME=" + b"=" * 3000 + b"\n"
+    b"NCCL_IB_HCA" + b" " * 2000 + b"=mlx5_0\n" + b"=" * 5000 + b"\n"
+)
+
+
 def _only_ids(*ids: str) -> Callable[[Outcome], None]:
     def check(o: Outcome) -> None:
         assert sorted(o.checks()) == sorted(ids), sorted(o.checks())
@@ -1450,6 +1493,39 @@ ATTACKS = [
     A("state-folder-unwritable-as-nobody", _state_unwritable_as_nobody, user="nobody"),
     A("host-root-counters-fifo-huge-garbage", _host_root_hostile),
     A("host-root-rdma-fifo-loop-huge-garbage-rate", _rdma_hostile),
+    # NCCL's configuration files under the host root (fabric.E009).
+    A("nccl-conf-fifo", _nccl_hostile(lambda c, h: os.mkfifo(h / "etc/nccl.conf"), "is a FIFO")),
+    A(
+        "nccl-conf-huge-sparse",
+        _nccl_hostile(lambda c, h: _sparse(str(h / "etc/nccl.conf"), 4 << 30, b"NCCL_IB_HCA=x\n"), "bytes"),
+    ),
+    A("nccl-conf-binary", _nccl_hostile(_nccl_conf(b"NCCL_IB_HCA=\xff\xfe\x00\x80\n"), "not UTF-8")),
+    A(
+        "nccl-conf-symlink-to-dev-zero",
+        _nccl_hostile(lambda c, h: os.symlink("/dev/zero", h / "etc/nccl.conf"), "character device"),
+    ),
+    A(
+        "nccl-conf-absurd-values",
+        _nccl_hostile(_nccl_conf(NCCL_ABSURD), "/etc/nccl.conf:3", "/etc/nccl.conf:4", status="fail"),
+    ),
+    A(
+        "nccl-conf-10000-ib-hca-entries",
+        _nccl_hostile(
+            _nccl_conf(b"NCCL_IB_HCA=" + b",".join(b"mlx5_%d" % i for i in range(10000)) + b"\n"),
+            "more than the 65536 read here",
+        ),
+    ),
+    A(
+        "nccl-env-10000-ib-hca-entries",
+        _nccl_hostile(
+            lambda c, h: c.env_file.write_text(
+                "NCCL_IB_HCA=" + ",".join(f"x{i}" for i in range(10000)) + "\n"
+            ),
+            "more entries not judged",
+            status="fail",
+        ),
+    ),
+    A("nccl-conf-file-is-a-fifo", _nccl_hostile(_nccl_conf_file_fifo, "/etc/site-nccl.conf", "is a FIFO")),
 ]
 
 

@@ -74,7 +74,12 @@ def test_the_groups_baseline_renders_as_the_section_hostcheck_baseline_writes():
     pasted = yaml.safe_load(json.dumps(body))
     cfg = parse(tomllib.loads(render(gpunode_health_baseline=pasted)), "hostcheck.toml")
     assert cfg.baseline == parse(tomllib.loads(emit(body))).baseline
-    assert cfg.baseline.rdma == (("mlx5_0:1", 400.0), ("mlx5_1:1", 400.0)) and len(cfg.baseline.gpus) == 8
+    assert cfg.baseline.rdma == (("mlx5_0:1", 400.0, "", "", ""), ("mlx5_1:1", 400.0, "", "", ""))
+    assert len(cfg.baseline.gpus) == 8
+    # A baseline pasted before the RDMA ports' link layer, GPU and distance were recorded renders and reads.
+    old = dict(pasted, rdma=[{"name": "mlx5_0:1", "rate_gbps": 400}])
+    cfg = parse(tomllib.loads(render(gpunode_health_baseline=old)), "hostcheck.toml")
+    assert cfg.baseline.rdma == (("mlx5_0:1", 400.0, "", "", ""),)
 
 
 def test_the_example_inventorys_baseline_is_the_fixture_node_and_renders():

@@ -489,7 +489,13 @@ NOT_THRESHOLDS = {
     ): "the PCIe specifications' transfer rates",
     ("hostcheck.checks.workload.grading", "busbw_status", 2): "a collective needs two GPUs: a count",
     ("hostcheck.checks.workload.grading", "loss_numerics", 2): "a trend needs two losses: a count",
-    ("hostcheck.checks.fabric", "_gpu_names", 8): "a PCI domain is at most 8 hex digits: a format",
+    ("hostcheck.checks.fabric_plan", "gpu_names", 8): "a PCI domain is at most 8 hex digits: a format",
+    (
+        "hostcheck.checks.fabric_plan",
+        "LISTED",
+        None,
+    ): "ports named one by one in a message, the rest counted: a layout",
+    ("hostcheck.checks.fabric_nccl", "_short", 60): "a long value cut for a message: a layout",
     (
         "hostcheck.checks.nvlink",
         "NAMED",
