@@ -55,6 +55,7 @@ from hostcheck.child.launch import kill_all, release_private_root, reopen
 from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
 from hostcheck.fleet import cli as fleet_cli
 from hostcheck.job import cli as job_cli
+from hostcheck.outfile import remove_pending
 
 PROG = "hostcheck"
 #: The subcommands by name, in the order of ``hostcheck --help``.
@@ -301,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.excepthook = hook
         signals.restore()
         release_private_root()
+        remove_pending()  # a file write a signal cut short leaves no temporary file
 
 
 def _thread_failed(args: Any) -> None:
