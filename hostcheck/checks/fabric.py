@@ -24,7 +24,7 @@ from hostcheck.gather.rdma import (
     pair_gpus,
 )
 from hostcheck.gather.state import FIRST, RISING
-from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, check, errored, failed, passed, plural, skipped, warned
 
 #: GCM's error counters but link_downed, which is judged on its own (fabric.E004).
 RISING_ERRORS = tuple(c for c in ERROR_COUNTERS if c != LINK_DOWNED)
@@ -103,9 +103,9 @@ def ports_up(s: Any) -> Outcome:
         if want.link_layer and p.link_layer and p.link_layer != want.link_layer:
             fails.append(f"{p.name}: link layer {p.link_layer or '?'}, expected {want.link_layer}")
     if want.expected_ports is not None and len(ports) < want.expected_ports:
-        fails.append(f"{len(ports)} RDMA port(s), expected {want.expected_ports}")
+        fails.append(f"{plural(len(ports), 'RDMA port')}, expected {want.expected_ports}")
     elif want.expected_ports is not None and len(ports) > want.expected_ports:
-        warns.append(f"{len(ports)} RDMA port(s), more than the {want.expected_ports} expected")
+        warns.append(f"{plural(len(ports), 'RDMA port')}, more than the {want.expected_ports} expected")
     expected = want.expected_ports if want.expected_ports is not None else None
     if fails:
         return failed(
@@ -116,14 +116,15 @@ def ports_up(s: Any) -> Outcome:
             details=tuple(unread),
         )
     if unread and len(unread) == len(ports):
-        return skipped(f"no RDMA port state readable ({len(ports)} port(s))", details=tuple(unread))
+        return skipped(f"no RDMA port state readable ({plural(len(ports), 'port')})", details=tuple(unread))
+    # Devices or ports past the reader's caps, or whose reading failed: the ports judged are not all there are.
+    warns += list(r.unread)
     if warns:
-        return warned(
-            "; ".join(warns), value=len(ports), expected=expected, hint="set [fabric] expected_ports"
-        )
+        hint = "set [fabric] expected_ports" if not r.unread else PORT_FIX
+        return warned("; ".join(warns), value=len(ports), expected=expected, hint=hint, details=tuple(unread))
     layers = sorted({p.link_layer for p in ports if p.link_layer})
     up = len(ports) - len(unread)
-    msg = f"{up} RDMA port(s) ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})"
+    msg = f"{plural(up, 'RDMA port')} ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})"
     if unread:
         msg += f" ({len(unread)} not readable, not judged)"
     return passed(msg, value=len(ports), details=tuple(unread))
@@ -154,7 +155,7 @@ def port_rate(s: Any) -> Outcome:
                 details=details,
             )
         return passed(
-            f"{len(rated)} active port(s) at {want:g} Gb/s or more",
+            f"{plural(len(rated), 'active port')} at {want:g} Gb/s or more",
             unit="Gb/s",
             expected=want,
             details=details,
@@ -176,7 +177,7 @@ def port_rate(s: Any) -> Outcome:
             details=details,
         )
     return passed(
-        f"{len(rated)} active port(s), all at the same rate as their peers (no [fabric] rate_gbps set)",
+        f"{plural(len(rated), 'active port')}, all at the same rate as their peers (no [fabric] rate_gbps set)",
         details=details,
     )
 
@@ -292,7 +293,7 @@ def placement(s: Any) -> Outcome:
             "to the GPU's riser/slot as the board's manual shows, or check the BIOS's PCIe bifurcation",
             details=details,
         )
-    return passed(f"{len(pairs)} GPU(s), each with a NIC under its PCIe switch", details=details)
+    return passed(f"{plural(len(pairs), 'GPU')}, each with a NIC under its PCIe switch", details=details)
 
 
 @check("fabric.E007", "ACS off on the GPU-NIC PCIe paths", weight=5, needs=("rdma",))
@@ -323,9 +324,10 @@ def acs_off(s: Any) -> Outcome:
         )
     if unread:
         return skipped(
-            f"ACS not readable on {len(unread)} bridge(s) (run as root)", details=tuple(sorted(unread))
+            f"ACS not readable on {plural(len(unread), 'bridge')} (run as root)",
+            details=tuple(sorted(unread)),
         )
-    return passed(f"ACS off on every bridge between {len(pairs)} GPU(s) and their NICs")
+    return passed(f"ACS off on every bridge between {plural(len(pairs), 'GPU')} and the NICs")
 
 
 @check("fabric.E008", "GPUDirect RDMA path (nvidia-peermem or DMA-BUF)", weight=5, needs=("rdma",))
@@ -344,7 +346,8 @@ def gpudirect(s: Any) -> Outcome:
         return skipped("NVIDIA kernel module not loaded: GPUDirect RDMA not judged")
     return failed(
         f"no GPUDirect RDMA path: neither nvidia-peermem loaded nor the open kernel modules (DMA-BUF) with "
-        f"{len(r.gpus)} GPU(s) and {len(r.devices)} RDMA device(s): NCCL stages every transfer through host memory",
+        f"{plural(len(r.gpus), 'GPU')} and {plural(len(r.devices), 'RDMA device')}: NCCL stages every transfer "
+        "through host memory",
         hint="install NVIDIA's open kernel modules (DMA-BUF, NVIDIA's recommendation) or load nvidia-peermem "
         "('modprobe nvidia-peermem', and list it in /etc/modules-load.d)",
     )
