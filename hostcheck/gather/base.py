@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import math
 import os
 import re
@@ -33,6 +35,7 @@ def under(root: str, path: str) -> str:
     key = os.path.abspath(root)
     if key != "/" and key not in _ROOTS:
         _ROOTS[key] = os.path.realpath(key)
+        _root_of.cache_clear()  # a folder seen before may lie under this new root
     return os.path.join(root, path.lstrip("/"))
 
 
@@ -41,18 +44,35 @@ def outside_root(path: str) -> str | None:
     in the tree to /dev/zero, to /etc, to ../..: not the node's file, not followed). None when it may be read."""
     if not _ROOTS:
         return None
-    probe = os.path.abspath(path)
-    while True:
-        real = _ROOTS.get(probe)
-        if real is not None:
-            target = os.path.realpath(path)
-            if target == real or target.startswith(real.rstrip("/") + "/"):
-                return None
-            return f"{path} leads outside the host root {probe} (to {target}): not followed"
+    folder, leaf = os.path.split(os.path.abspath(path))
+    root = _root_of(folder)
+    if root is None:
+        return None
+    real = _ROOTS[root]
+    # The folder's real path once per folder (a port's sixteen counters share it); the leaf itself each time.
+    target = os.path.join(_real(folder), leaf)
+    if os.path.islink(target):
+        target = os.path.realpath(target)
+    if target == real or target.startswith(real.rstrip("/") + "/"):
+        return None
+    return f"{path} leads outside the host root {root} (to {target}): not followed"
+
+
+@functools.lru_cache(maxsize=4096)
+def _root_of(folder: str) -> str | None:
+    """The host root ``folder`` lies under (the root itself included), or None."""
+    probe = folder
+    while probe not in _ROOTS:
         parent = os.path.dirname(probe)
         if parent == probe:
             return None
         probe = parent
+    return probe
+
+
+@functools.lru_cache(maxsize=4096)
+def _real(folder: str) -> str:
+    return os.path.realpath(folder)
 
 
 @dataclass(frozen=True)
@@ -103,7 +123,8 @@ Runner = Callable[[Sequence[str], float], Union[CmdResult, Unavailable]]
 #: (``dcgmi diag -r 3 -j`` on 8 GPUs: tens of KiB; ``journalctl -k`` of 50,000 lines: a few MiB) and room to spare.
 #: A tool that prints 1 GB, or prints for ever, costs hostcheck this much memory and no more.
 OUTPUT_CAP = 8 << 20
-_CHUNK = 1 << 16
+#: One read: a pipe holds 64 KiB; a log read to its end (``tail``) takes larger bites of a flood.
+_CHUNK, _TAIL_CHUNK = 1 << 16, 1 << 20
 
 
 class Tool:
@@ -163,6 +184,9 @@ class Tool:
         self._fds = (p.stdout.fileno(), -1 if p.stderr is None else p.stderr.fileno())
         for fd in self._fds[: 1 if p.stderr is None else 2]:
             os.set_blocking(fd, False)
+            if self.tail:  # a log read to its end: fewer, larger reads of a flood
+                with contextlib.suppress(OSError, AttributeError):
+                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _TAIL_CHUNK)
             self._bufs[fd], self._sizes[fd] = deque(), 0
             self._open.add(fd)
 
@@ -203,7 +227,7 @@ class Tool:
                     break
                 for key, _events in ready:
                     # Never more than one byte past the cap: that byte is what says the tool printed more.
-                    size = _CHUNK if self.tail else min(_CHUNK, self.limit + 1 - self.total)
+                    size = _TAIL_CHUNK if self.tail else min(_CHUNK, self.limit + 1 - self.total)
                     try:
                         data = os.read(key.fd, size)
                     except BlockingIOError:
