@@ -27,6 +27,7 @@ from hostcheck.gather.base import (
     Unavailable,
     guarded,
     list_dir,
+    outside_root,
     parse_counter,
     parse_int,
     read_text,
@@ -335,6 +336,9 @@ def read_gpu_paths(root: str) -> tuple[PciPath, ...]:
 
 def read_acs(root: str, bridge: str) -> Acs:
     path = os.path.join(under(root, PCI_DEVICES), bridge, "config")
+    escape = outside_root(path)
+    if escape:
+        return Acs(bridge, None, escape)
     try:
         data = infile.read_bytes(path, 4096, truncate=True)
     except infile.ReadError as exc:

@@ -208,6 +208,18 @@ def test_reads_under_a_host_root_never_follow_a_link_out_of_it(tmp_path):
     assert outside_root("/etc/hostname") is None  # not under a host root: the node's own /
 
 
+def test_a_bridge_s_config_space_linked_out_of_the_host_root_is_not_read(tmp_path):
+    """ACS is read from a bridge's config space with the raw reader: the same confinement holds there."""
+    from hostcheck.gather.rdma import read_acs
+
+    bridge = tmp_path / "host/sys/bus/pci/devices/0000:15:01.0"
+    bridge.mkdir(parents=True)
+    (tmp_path / "config").write_bytes(b"\0" * 4096)
+    (bridge / "config").symlink_to(tmp_path / "config")
+    acs = read_acs(str(tmp_path / "host"), "0000:15:01.0")
+    assert acs.enabled is None and "outside the host root" in acs.why
+
+
 # --- the one atomic writer -----------------------------------------------------------------------------------
 
 
