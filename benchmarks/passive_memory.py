@@ -5,8 +5,9 @@ node has 1,000 RDMA devices?
 Every external program hostcheck runs is read through one bounded runner (hostcheck.gather.base.Tool: at most
 OUTPUT_CAP bytes, then the tool is stopped; a log keeps its last OUTPUT_CAP bytes), so a tool that prints 1 GB
 should cost hostcheck about that cap, not the gigabyte. This runs the real command as slurmd's HealthCheckProgram
-does (a fresh interpreter, ``--summary``), once per scenario, and reports hostcheck's own peak RSS (``ru_maxrss``
-of the hostcheck process from wait4: the fake tools' memory is theirs, not counted) and its wall time:
+does (a fresh interpreter, ``--summary``), once per scenario, and reports hostcheck's own peak RSS (its VmHWM, read
+from /proc while it runs: the high-water mark of its own memory, which ru_maxrss is not, since Linux carries the
+parent's over fork and exec; the fake tools' memory is theirs, not counted) and its wall time:
 
 - ``plain``: the node as it is;
 - ``nvidia-smi-1gb``: nvidia-smi prints 1 GB (the interpreter runs with ``-S``: no nvidia-ml-py, so the
@@ -45,19 +46,29 @@ LOG_GIGABYTE = (
 )
 
 
+def _hwm_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int(next(ln.split()[1] for ln in f if ln.startswith("VmHWM:")))
+    except (OSError, StopIteration, ValueError):
+        return None  # gone, or a zombie (no memory left to read)
+
+
 def measured(argv: list[str], env: dict[str, str]) -> dict:
-    """Run ``argv`` and take its own peak RSS from wait4 (its children's are not in it)."""
+    """Run ``argv`` and follow its own high-water mark (VmHWM) every 20 ms until it exits."""
     t0 = time.perf_counter()
+    peak = 0
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        _pid, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
+        while p.poll() is None:
+            peak = max(peak, _hwm_kib(p.pid) or 0)
+            time.sleep(0.02)
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
         said = (out.read() or err.read()).decode(errors="replace").strip().splitlines()
     return {
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(peak / 1024, 1),
         "wall_s": round(wall, 2),
         "exit_code": p.returncode,
         "last_line": said[-1][:200] if said else "",
