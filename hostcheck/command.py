@@ -52,6 +52,7 @@ from typing import Any, Callable, NoReturn
 from hostcheck import __version__
 from hostcheck.child.launch import kill_all, release_private_root, reopen
 from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
+from hostcheck.outfile import remove_pending
 
 PROG = "hostcheck"
 #: The subcommands by name, in the order of ``hostcheck --help``: the module of each one's ``cli``, imported by
@@ -332,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.excepthook = hook
         signals.restore()
         release_private_root()
+        remove_pending()  # a file write a signal cut short leaves no temporary file
 
 
 def _thread_failed(args: Any) -> None:

@@ -59,6 +59,12 @@ class Outcome:
     brief: str | None = None
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``n`` and the noun in the form that count takes: "1 NIC", "2 NICs", "0 NICs" (``many``: the plural when it
+    is not the noun and an s, "entries"). The one way a message counts something."""
+    return f"{n} {noun if n == 1 else many or noun + 's'}"
+
+
 def passed(message: str, **kw: Any) -> Outcome:
     return Outcome(Status.PASS, message, **kw)
 

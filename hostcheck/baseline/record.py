@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hostcheck.config import LINK_LAYERS
+from hostcheck.config import LINK_LAYERS, ConfigError, parse
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.inventory import NodeInventory
 
@@ -85,4 +85,13 @@ def section(inv: NodeInventory, host: str = "", when: str = "") -> tuple[dict[st
         if key in out and not out[key]:
             del out[key]
             left_out.append(f"{key}: none found, not recorded")
+    # What the configuration reader would refuse (a list longer than it holds, a model name with a NUL in it) would
+    # make the whole file one hostcheck refuses: that key is left out, said, and the rest kept. The reader's own
+    # rules decide (hostcheck.config), key by key.
+    for key in list(out):
+        try:
+            parse({"baseline": {key: out[key]}}, "the section")
+        except ConfigError as exc:
+            left_out.append(f"{key}: not recorded ({exc.key}: {exc.reason})")
+            del out[key]
     return out, left_out

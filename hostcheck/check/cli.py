@@ -17,7 +17,7 @@ from dataclasses import replace
 
 # The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
 from hostcheck import SCHEMA_VERSION, config, gather, slurm
-from hostcheck.argtypes import duration, positive, seconds
+from hostcheck.argtypes import duration, host_root, positive, seconds
 from hostcheck.check.render.json import render_json
 from hostcheck.check.render.junit import render_junit
 from hostcheck.check.render.prometheus import read_last_success, render_prometheus
@@ -153,6 +153,7 @@ def _environment_options(p: argparse.ArgumentParser) -> None:
     env.add_argument(
         "--host-root",
         default="/",
+        type=host_root,
         metavar="DIR",
         help="where the node's /sys and /proc are read for the host hardware checks (a fixture tree in tests)",
     )

@@ -119,6 +119,10 @@ def build_request(args: argparse.Namespace, catalogue: list[Check], started: flo
         state_file=args.state_file,
         dcgm_level=profile.dcgm_level,
     )
+    if options.state_path and {"hardware", "rdma"} & {n for c in checks for n in c.needs}:
+        clash = _state_file_error(options.state_path, output)
+        if clash:
+            raise ArgumentError(None, clash)
     return replace(
         request,
         fail_level=args.fail_level or cfg.fail_level or "fail",
@@ -208,6 +212,23 @@ def _validate_environment(output: Output) -> None:
     bad_path = paths_error([("--prometheus", output.prometheus), ("--junit", output.junit)])
     if bad_path:
         raise ArgumentError(None, bad_path)
+
+
+def _state_file_error(path: str, output: Output) -> str | None:
+    """Why the state file cannot be ``path``: a report's path, or the standard output the report goes to (the
+    counters and the report would replace or corrupt each other)."""
+    key = os.path.realpath(path)
+    for flag, other in (("--prometheus", output.prometheus), ("--junit", output.junit)):
+        if other and os.path.realpath(other) == key:
+            return f"--state-file {path} and {flag} name the same file: give the counters a file of their own"
+    try:
+        st, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, AttributeError, ValueError):
+        return None
+    if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+        what = "the --json document" if output.json else "the report"
+        return f"--state-file {path} is the standard output, where {what} goes: give the counters a file of their own"
+    return None
 
 
 def _section_args(text: str | None) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from hostcheck.checks.gpu import _config
 from hostcheck.config import DEFAULT_PATH, Baseline
 from hostcheck.gather.base import NO_PERMISSION, NOT_FOUND, Unavailable
 from hostcheck.gather.inventory import NodeInventory, Port
-from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, check, errored, failed, passed, plural, skipped, warned
 
 MAKE_ONE = (
     "on a known-good node of this type run 'hostcheck baseline --write {path}' (or set gpunode_health_baseline "
@@ -87,7 +87,8 @@ def cpu(s: Any) -> Outcome:
         warns.append(f"CPU model {inv.cpu.model!r}, the baseline has {b.cpu_model!r}")
     c = inv.cpu
     ok = (
-        f"{c.model or 'CPU'}: {c.sockets} socket(s), {c.cores} cores, {c.threads} threads, as in the baseline"
+        f"{c.model or 'CPU'}: {plural(c.sockets, 'socket')}, {plural(c.cores, 'core')}, "
+        f"{plural(c.threads, 'thread')}, as in the baseline"
     )
     hint = "a missing socket or cores switched off in the firmware (SMT, core count): " + REPLACED
     return _verdict(fails, warns, ok, [], hint)
@@ -129,9 +130,9 @@ def nvme(s: Any) -> Outcome:
     details = [f"{d.name}: {d.model} {d.size_bytes / 1e9:.0f} GB" for d in inv.nvme]
     fails, warns = [], []
     if len(inv.nvme) < len(want):
-        fails.append(f"{len(inv.nvme)} NVMe drive(s), the baseline has {len(want)}")
+        fails.append(f"{plural(len(inv.nvme), 'NVMe drive')}, the baseline has {len(want)}")
     elif len(inv.nvme) > len(want):
-        warns.append(f"{len(inv.nvme)} NVMe drive(s), the baseline has {len(want)}")
+        warns.append(f"{plural(len(inv.nvme), 'NVMe drive')}, the baseline has {len(want)}")
     missing = wanted - have
     extra = have - wanted
     if missing and not fails:
@@ -141,7 +142,7 @@ def nvme(s: Any) -> Outcome:
         warns.append(f"found {found} where the baseline has {gone}")
     elif missing:
         details.append("missing: " + ", ".join(f"{m} ({b / 1e9:.0f} GB)" for m, b in missing.elements()))
-    ok = f"{len(inv.nvme)} NVMe drive(s), models and sizes as in the baseline"
+    ok = f"{plural(len(inv.nvme), 'NVMe drive')}, models and sizes as in the baseline"
     hint = "a drive that dropped off the bus (see 'nvme list' and the kernel log) or was removed: " + REPLACED
     return _verdict(fails, warns, ok, details, hint)
 
@@ -184,7 +185,7 @@ def ports(s: Any) -> Outcome:
         "a port down or trained at a lower speed: check the cable and transceiver ('ethtool <port>', 'ip link'), "
         "then " + REPLACED
     )
-    return _verdict(fails, warns, f"{len(want)} port(s) up at their baseline speeds", details, hint)
+    return _verdict(fails, warns, f"{plural(len(want), 'port')} up at their baseline speeds", details, hint)
 
 
 @check("baseline.E005", "GPUs and their VBIOS as in the baseline", weight=5, needs=("inventory", "nvml"))
@@ -213,7 +214,7 @@ def gpus(s: Any) -> Outcome:
         "gpu.E001/E002 and the kernel log; " + REPLACED
     )
     return _verdict(
-        fails, warns, f"{len(want)} GPU(s) at their addresses on the baseline's VBIOS", details, hint
+        fails, warns, f"{plural(len(want), 'GPU')} at the baseline's addresses, on its VBIOS", details, hint
     )
 
 
@@ -259,7 +260,8 @@ def pcie(s: Any) -> Outcome:
         "a narrower or slower link means a badly seated card, riser or cable: reseat it, check "
         "'lspci -vvv -s <address>' (LnkSta) under load and the BIOS PCIe settings; " + REPLACED
     )
-    return _verdict(fails, warns, f"{judged} PCIe link(s) at their baseline width and speed", details, hint)
+    ok = f"{plural(judged, 'PCIe link')} at the baseline's width and speed"
+    return _verdict(fails, warns, ok, details, hint)
 
 
 def _speed(gts: float | None) -> str:
@@ -278,7 +280,7 @@ def numa(s: Any) -> Outcome:
     details = [f"node{i}: CPUs {c}" for i, c in enumerate(have)]
     if len(have) != len(want):
         return warned(
-            f"{len(have)} NUMA node(s), the baseline has {len(want)}",
+            f"{plural(len(have), 'NUMA node')}, the baseline has {len(want)}",
             hint="a firmware setting changed the NUMA layout (NPS on AMD, SNC on Intel), or a socket is "
             "missing (baseline.E001); set it back in the BIOS, or record the node type again with 'hostcheck baseline'",
             details=tuple(details),
@@ -291,4 +293,4 @@ def numa(s: Any) -> Outcome:
             "or record the node type again with 'hostcheck baseline'",
             details=tuple(details),
         )
-    return passed(f"{len(have)} NUMA node(s) with the baseline's CPUs", details=tuple(details))
+    return passed(f"{plural(len(have), 'NUMA node')} with the baseline's CPUs", details=tuple(details))

@@ -21,7 +21,7 @@ from hostcheck.gather.dcgm import (
     DiagReport,
     DiagResult,
 )
-from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, check, errored, failed, passed, plural, skipped, warned
 
 INSTALL_HINT = (
     "install DCGM (NVIDIA's datacenter-gpu-manager package and its nvidia-dcgm service): "
@@ -108,6 +108,10 @@ def _judge(s: Any, cid: str, label: str) -> Outcome:
     value = len(fails)  # DCGM results that failed: a count, for the report and Prometheus
     if fails:
         return failed("DCGM " + "; ".join(fails + warns), hint=hint, value=value, details=details)
+    if diag.dropped:  # what was not read may hold a failure: never a pass
+        unknown.append(
+            f"{plural(diag.dropped, 'result')} past the first {len(diag.results)} not read, not judged"
+        )
     if warns or unknown:
         return warned("DCGM " + "; ".join(warns + unknown), hint=hint, value=value, details=details)
     passes = sum(r.status == PASS for r in rows)
@@ -115,7 +119,7 @@ def _judge(s: Any, cid: str, label: str) -> Outcome:
         return skipped(
             f"DCGM {label} tests could not run: " + "; ".join(notrun), value=value, details=details
         )
-    msg = f"{passes} DCGM {label} result(s) passed ({version}dcgmi diag -r {diag.level})"
+    msg = f"{plural(passes, f'DCGM {label} result')} passed ({version}dcgmi diag -r {diag.level})"
     if notrun:
         msg += f"; not run: {'; '.join(notrun)}"
     return passed(msg, value=value, details=details)

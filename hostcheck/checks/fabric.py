@@ -38,7 +38,7 @@ from hostcheck.gather.rdma import (
 )
 from hostcheck.gather.rdma_topology import NEAR, PXB
 from hostcheck.gather.state import FIRST, RISING, SAME
-from hostcheck.registry import Outcome, Status, check, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, Status, check, failed, passed, plural, skipped, warned
 
 COUNTER_FIX = (
     "a cable or transceiver is going bad: watch the port's counters ('perfquery -x' or the files under "
@@ -131,7 +131,9 @@ def ports_up(s: Any) -> Outcome:
             absent = sorted(set(literal) - {p.device for p in have})
             said = named + [f"{d} absent" for d in absent]
             lines_f.append(
-                f"{len(have)} of {k.count} '{k.name}' port(s)" + (": " + "; ".join(said) if said else "")
+                f"{len(have)} of "
+                + plural(k.count, f"'{k.name}' port")
+                + (": " + "; ".join(said) if said else "")
             )
             if named:
                 lead = f"{f.gpu_short(gone[0][1].gpu)} rail missing, "
@@ -140,7 +142,7 @@ def ports_up(s: Any) -> Outcome:
             briefs.append(f"{lead}{len(have)}/{k.count} {k.name}")
             missing_device = True
         elif len(have) > k.count:
-            lines_w.append(f"{len(have)} '{k.name}' port(s), more than the {k.count} expected")
+            lines_w.append(plural(len(have), f"'{k.name}' port") + f", more than the {k.count} expected")
             briefs.append(f"{len(have)} {k.name} ports, {k.count} expected")
     counted = any(k.count is not None and k.role == RAIL for k in f.settings.classes())
     if gone and not counted and not f.baseline_rows():
@@ -149,15 +151,17 @@ def ports_up(s: Any) -> Outcome:
             lines_w.append(line + ": a rail NIC missing?")
             briefs.append(f"{f.gpu_short(p.gpu)}: no rail NIC within PXB")
             missing_device = True
+    # Devices or ports past the reader's caps, or whose reading failed: the ports judged are not all there are.
+    for line in f.r.unread:
+        lines_w.append(line)
+        briefs.append(line[:60])
     details = tuple(notes + [f"{p.name}: state not readable, not judged" for p in unread])
     hint = "; ".join(h for h, on in ((MISSING_FIX, missing_device), (PORT_FIX, True)) if on)
     if not lines_f and not lines_w and unread and len(unread) == len(ports):
-        return skipped(f"no RDMA port state readable ({len(ports)} port(s))", details=details)
+        return skipped(f"no RDMA port state readable ({plural(len(ports), 'port')})", details=details)
     layers = sorted({p.link_layer for p in ports if p.link_layer})
     up_count = sum(1 for p in ports if up(p))
-    ok = (
-        f"{up_count} of {len(ports)} RDMA port(s) ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})"
-    )
+    ok = f"{up_count} of {plural(len(ports), 'RDMA port')} ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})"
     if f.rail_set is not None:
         ok += f"; {sum(1 for p in ports if p.device in f.rail_set)} on GPU rails"
     if len(ports) - up_count - len(unread):
@@ -207,7 +211,7 @@ def port_rate(s: Any) -> Outcome:
     hint = (
         "the link trained below its speed: " + PORT_FIX + "; [fabric] or the baseline sets the expected rate"
     )
-    ok = f"{len(rated)} active port(s): {len(judged)} at their expected rate"
+    ok = f"{plural(len(rated), 'active port')}: {len(judged)} at their expected rate"
     if len(judged) < len(rated):
         ok += f", {len(rated) - len(judged)} at their peers' rate (nothing sets theirs)"
     kw = {"unit": "Gb/s", "value": min(p.rate_gbps for p in rated), "details": details}
@@ -290,14 +294,16 @@ def _counter_findings(f: Fabric, names: tuple[str, ...], s: Any) -> Outcome:
     details = tuple(notes + [f"{p.name}: no counter read ({p.counters_unread}), not judged" for p in unread])
     if not judged:
         why = unread[0].counters_unread if unread else "no port"
-        return skipped(f"no error counter readable on any of {len(f.ports)} port(s) ({why})", details=details)
+        return skipped(
+            f"no error counter readable on any of {plural(len(f.ports), 'port')} ({why})", details=details
+        )
     history = _history(r)
     if history is not None:
         return dataclasses.replace(history, details=details)
     period = f" over {_dur(elapsed)}" if elapsed is not None else ""
-    ok = f"{judged} port(s){period}: no counter past its line"
+    ok = f"{plural(judged, 'port')}{period}: no counter past its line"
     if unread:
-        ok += f" ({len(unread)} port(s) without readable counters, not judged)"
+        ok += f" ({plural(len(unread), 'port')} without readable counters, not judged)"
     return verdict(group(fails), group(warns), briefs, ok, COUNTER_FIX, details=details)
 
 
@@ -385,7 +391,7 @@ def placement(s: Any) -> Outcome:
             "max_distance or a baseline",
             details=tuple(details),
         )
-    ok = f"{len(f.pairs)} GPU(s), each with a NIC within {expected or GDR_DEFAULT}"
+    ok = f"{plural(len(f.pairs), 'GPU')}, each with a NIC within {expected or GDR_DEFAULT}"
     if gone:
         ok += f" ({len(gone)} without a rail: fabric.E001)"
     return verdict(fails, warns, briefs, ok, hint, details=tuple(details))
@@ -418,9 +424,10 @@ def acs_off(s: Any) -> Outcome:
         )
     if unread:
         return skipped(
-            f"ACS not readable on {len(unread)} bridge(s) (run as root)", details=tuple(sorted(unread))
+            f"ACS not readable on {plural(len(unread), 'bridge')} (run as root)",
+            details=tuple(sorted(unread)),
         )
-    return passed(f"ACS off on every bridge between {len(pairs)} GPU(s) and their NICs")
+    return passed(f"ACS off on every bridge between {plural(len(pairs), 'GPU')} and the NICs")
 
 
 @check("fabric.E008", "GPUDirect RDMA path (nvidia-peermem or DMA-BUF)", weight=5, needs=("rdma",))
@@ -439,7 +446,8 @@ def gpudirect(s: Any) -> Outcome:
         return skipped("NVIDIA kernel module not loaded: GPUDirect RDMA not judged")
     return failed(
         f"no GPUDirect RDMA path: neither nvidia-peermem loaded nor the open kernel modules (DMA-BUF) with "
-        f"{len(r.gpus)} GPU(s) and {len(r.devices)} RDMA device(s): NCCL stages every transfer through host memory",
+        f"{plural(len(r.gpus), 'GPU')} and {plural(len(r.devices), 'RDMA device')}: NCCL stages every transfer "
+        "through host memory",
         brief=f"no GPUDirect path ({len(r.gpus)} GPUs, no peermem/DMA-BUF)",
         hint="install NVIDIA's open kernel modules (DMA-BUF, NVIDIA's recommendation) or load nvidia-peermem "
         "('modprobe nvidia-peermem', and list it in /etc/modules-load.d)",

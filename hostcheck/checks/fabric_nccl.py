@@ -18,7 +18,7 @@ from hostcheck.checks.fabric_plan import Fabric, group, setup, up, verdict, with
 from hostcheck.gather.nccl_conf import ENV_FILE, Setting, Source
 from hostcheck.gather.rdma import nccl_list
 from hostcheck.gather.rdma_topology import LEVELS, PXB
-from hostcheck.registry import Outcome, Status, check
+from hostcheck.registry import Outcome, Status, check, plural
 
 IB_HCA, SOCKET_IFNAME, GDR_LEVEL, IB_DISABLE = (
     "NCCL_IB_HCA",
@@ -111,7 +111,7 @@ def _gdr_level(f: Fabric, value: str, src: Source) -> list[tuple[Status, str, st
         return []
     p = far[0]
     said = (
-        f"{len(far)} GPU(s) beyond {v}, e.g. {f.gpu(p.gpu)} and {p.nic} are {p.level} apart: NCCL will not use "
+        f"{plural(len(far), 'GPU')} beyond {v}, e.g. {f.gpu(p.gpu)} and {p.nic} are {p.level} apart: NCCL will not use "
         f"GPUDirect RDMA for them"
     )
     return [(WARN, said, f"{v}, {len(far)} GPUs {p.level}")]

@@ -98,6 +98,11 @@ class Options:
     #: Told each gatherer's start and end (``begin(step)``, ``end(step)``: hostcheck.progress's line on a terminal).
     progress: Any = field(default=None, compare=False, repr=False)
 
+    @property
+    def state_path(self) -> str:
+        """The state file this run reads and writes: --state-file, else [hardware] state_file, else the default."""
+        return self.state_file or self.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -293,7 +298,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             options.progress,
         )
     # The counters of the last run: loaded once for every gatherer that compares with them, saved once below.
-    state_file = options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
+    state_file = options.state_path
     state = counter_state.load_state(state_file) if needs & {"hardware", "rdma"} else None
     now = time.time()
     if "hardware" in needs:

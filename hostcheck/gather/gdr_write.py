@@ -8,20 +8,18 @@ duration) and the launcher's deadline, each NIC with the GPU it serves by PCIe t
 sorts before mlx5_2). ``--use_cuda`` takes CUDA's index, so the commands run with CUDA_DEVICE_ORDER=PCI_BUS_ID and
 without CUDA_VISIBLE_DEVICES: CUDA then numbers the GPUs in PCI address order, as the pairing does. Only in the workload gatherer, so only in the profiles
 that run GPU jobs (full, burnin), and only where perftest and numactl are installed. Parsing is pure
-(:func:`parse_bw`); the commands start through the one launcher.
+(:func:`parse_bw`); both ends run as every tool does (base.Tool).
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hostcheck.child.launch import Launch
-from hostcheck.gather.base import Unavailable, run_cmd
+from hostcheck.gather.base import Tool, Unavailable, parse_number, run_cmd
 
 MESSAGE_BYTES = 8 << 20
 #: Seconds each NIC measures (perftest's -D).
@@ -50,10 +48,7 @@ def parse_bw(text: str, message_bytes: int = MESSAGE_BYTES) -> float | None:
     for line in (text or "").splitlines():
         cols = line.split()
         if len(cols) >= 4 and cols[0] == str(message_bytes):
-            try:
-                return float(cols[3])
-            except ValueError:
-                return None
+            return parse_number(cols[3])
     return None
 
 
@@ -84,17 +79,14 @@ def _one(port: Any, index: int, seconds: float, out: dict) -> None:
         "numa_node": numa,
         "rate_gbps": port.rate_gbps,
     }
-    server = Launch()
+    # Both ends are tools like any other (base.Tool): their output to pipes read here, never to hostcheck's own
+    # stdout (the server's banner once landed in --json), bounded, their groups killed on every way out.
+    server = Tool(argv_for(port.device, tcp, gpu, numa, seconds, None))
     try:
-        try:
-            p = server.start(argv_for(port.device, tcp, gpu, numa, seconds, None))
-        except OSError as exc:
-            row["error"] = f"the ib_write_bw server did not start: {exc}"
+        if server.error is not None:
+            row["error"] = f"the ib_write_bw server did not start: {server.error.reason}"
             return
-        if p is None:
-            row["error"] = "not started: the run was interrupted"
-            return
-        time.sleep(SERVER_START_S)
+        server.read(SERVER_START_S)  # it listens meanwhile; what it prints is read, not left in the pipe
         got = run_cmd(argv_for(port.device, tcp, gpu, numa, seconds, "127.0.0.1"), seconds + SLACK_S)
         if isinstance(got, Unavailable):
             row["error"] = str(got)
@@ -108,7 +100,7 @@ def _one(port: Any, index: int, seconds: float, out: dict) -> None:
             else:
                 row["gbps"] = bw
     finally:
-        server.end()
+        server.close()
         out[index] = row
 
 

@@ -30,15 +30,27 @@ import struct
 from dataclasses import dataclass, field
 
 from hostcheck import infile
-from hostcheck.gather.base import HOST_ROOT, Unavailable, list_dir, parse_counter, read_text, under
+from hostcheck.gather.base import (
+    HOST_ROOT,
+    Unavailable,
+    guarded,
+    list_dir,
+    outside_root,
+    parse_counter,
+    parse_int,
+    read_text,
+    under,
+)
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind
 from hostcheck.gather.nccl_conf import NcclConfig
 from hostcheck.gather.state import CounterState
 
 IB_CLASS = "sys/class/infiniband"
 NET_CLASS = "sys/class/net"
-#: Devices, ports and counters read at most: a node has tens, a hostile tree could have millions.
-MAX_DEVICES, MAX_PORTS, MAX_COUNTERS = 64, 16, 256
+#: Devices, ports and counters read at most: a node has tens, a hostile tree could have millions. Devices and ports
+#: past the cap are counted (up to MAX_LISTED names) and said (RdmaSnapshot.unread), never dropped in silence.
+MAX_DEVICES, MAX_PORTS, MAX_COUNTERS = 1024, 16, 256
+MAX_LISTED = 1 << 16
 BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 #: The modules that give the NICs GPU memory (the peer-memory path): nvidia-peermem since R470, nv_peer_mem before.
@@ -163,6 +175,8 @@ class RdmaSnapshot:
     netifs: dict[str, str] | Unavailable = field(default_factory=dict)
     #: NCCL's configuration: the environment and NCCL's files, in NCCL's order.
     nccl: NcclConfig = field(default_factory=NcclConfig)
+    #: What was not read, one sentence each: devices and ports past the caps, a device whose reading failed.
+    unread: tuple[str, ...] = ()
     state: CounterState = field(default_factory=CounterState)
     taken_at: float = 0.0
 
@@ -178,19 +192,18 @@ class RdmaSnapshot:
 def parse_enum(text: str) -> str:
     """``4: ACTIVE`` -> ``ACTIVE``; ``5: LinkUp`` -> ``LinkUp`` (the kernel prints "<number>: <name>")."""
     t = text.strip()
-    m = re.fullmatch(r"\d{1,3}:\s*([A-Za-z_ ]{1,40})", t)
+    m = re.fullmatch(r"[0-9]{1,3}:\s*([A-Za-z_ ]{1,40})", t)
     return m.group(1).strip() if m else t[:40]
 
 
 def parse_rate(text: str) -> float | None:
     """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5; garbage -> None."""
-    m = re.match(r"\s*(\d{1,5}(?:\.\d{1,3})?) Gb/sec\b", text)
+    m = re.match(r"\s*([0-9]{1,5}(?:\.[0-9]{1,3})?) Gb/sec\b", text)
     return float(m.group(1)) if m else None
 
 
 def parse_numa(text: str) -> int | None:
-    t = text.strip()
-    return int(t) if t.isdigit() and len(t) < 5 else None  # -1: no NUMA affinity
+    return parse_int(text, digits=4)  # -1: no NUMA affinity
 
 
 def parse_pci_link(target: str, address: str) -> tuple[str, tuple[str, ...]] | None:
@@ -237,7 +250,7 @@ def nccl_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
     for item in v.split(",")[:64]:
         name, _colon, port = item.strip().partition(":")
         if name:
-            out.append((name[:64], int(port) if port.isdigit() and len(port) < 4 else None))
+            out.append((name[:64], parse_int(port, digits=3)))
     return exclude, exact, out
 
 
@@ -289,13 +302,13 @@ def _counters(folder: str) -> tuple[dict[str, int], str]:
     return out, said or "no error counter in counters/"
 
 
-def read_port(dev_dir: str, device: str, port: str) -> RdmaPort:
-    d = os.path.join(dev_dir, "ports", port)
+def read_port(dev_dir: str, device: str, port: int) -> RdmaPort:
+    d = os.path.join(dev_dir, "ports", str(port))
     rate = _text(os.path.join(d, "rate"))
     counters, unread = _counters(os.path.join(d, "counters"))
     return RdmaPort(
         device=device,
-        port=int(port),
+        port=port,
         state=parse_enum(_text(os.path.join(d, "state"))),
         phys_state=parse_enum(_text(os.path.join(d, "phys_state"))),
         rate_gbps=parse_rate(rate),
@@ -307,35 +320,55 @@ def read_port(dev_dir: str, device: str, port: str) -> RdmaPort:
     )
 
 
-def read_devices(root: str) -> tuple[RdmaDevice, ...] | Unavailable:
+def _past(what: str, names: list, cap: int) -> list[str]:
+    """The sentence for the names of a listing past its cap, or none."""
+    if len(names) <= cap:
+        return []
+    more = "or more " if len(names) >= MAX_LISTED else ""
+    return [f"{len(names) - cap} {more}{what} past the first {cap} not read"]
+
+
+def read_device(base: str, name: str) -> tuple[RdmaDevice, list[str]]:
+    """One device under ``base`` (/sys/class/infiniband) and what of it was not read."""
+    d = os.path.join(base, name)
+    pci = _link_name(os.path.join(d, "device"))
+    listed = list_dir(os.path.join(d, "ports"), MAX_LISTED)
+    numbers = sorted(n for n in map(parse_int, listed if isinstance(listed, list) else []) if n is not None)
+    nets = list_dir(os.path.join(d, "device", "net"))
+    device = RdmaDevice(
+        name=name,
+        pci=pci if pci and BDF_RE.fullmatch(pci) else None,
+        numa_node=parse_numa(_text(os.path.join(d, "device", "numa_node"))),
+        fw_ver=_text(os.path.join(d, "fw_ver"))[:64],
+        board_id=_text(os.path.join(d, "board_id"))[:64],
+        netdevs=tuple(n[:32] for n in nets[:16]) if isinstance(nets, list) else (),
+        ports=tuple(read_port(d, name, p) for p in numbers[:MAX_PORTS]),
+    )
+    return device, _past(f"ports of {name}", numbers, MAX_PORTS)
+
+
+def read_devices_noted(root: str) -> tuple[tuple[RdmaDevice, ...] | Unavailable, tuple[str, ...]]:
+    """The RDMA devices under ``root`` (the first MAX_DEVICES by name), and what was not read: the devices and
+    ports past the caps, each device whose reading failed (left out; the others are read)."""
     base = under(root, IB_CLASS)
-    names = list_dir(base)
+    names = list_dir(base, MAX_LISTED)
     if isinstance(names, Unavailable):
-        return names
-    out = []
+        return names, ()
+    names = [n for n in names if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n)]
+    out, unread = [], _past("RDMA devices", names, MAX_DEVICES)
     for name in names[:MAX_DEVICES]:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+        got = guarded(name, lambda name=name: read_device(base, name))
+        if isinstance(got, Unavailable):
+            unread.append(got.reason)
             continue
-        d = os.path.join(base, name)
-        pci = _link_name(os.path.join(d, "device"))
-        ports = list_dir(os.path.join(d, "ports"))
-        nets = list_dir(os.path.join(d, "device", "net"))
-        out.append(
-            RdmaDevice(
-                name=name,
-                pci=pci if pci and BDF_RE.fullmatch(pci) else None,
-                numa_node=parse_numa(_text(os.path.join(d, "device", "numa_node"))),
-                fw_ver=_text(os.path.join(d, "fw_ver"))[:64],
-                board_id=_text(os.path.join(d, "board_id"))[:64],
-                netdevs=tuple(n[:32] for n in nets[:16]) if isinstance(nets, list) else (),
-                ports=tuple(
-                    read_port(d, name, p)
-                    for p in (ports if isinstance(ports, list) else [])[:MAX_PORTS]
-                    if p.isdigit()
-                ),
-            )
-        )
-    return tuple(out)
+        out.append(got[0])
+        unread += got[1]
+    return tuple(out), tuple(unread)
+
+
+def read_devices(root: str) -> tuple[RdmaDevice, ...] | Unavailable:
+    """The RDMA devices under ``root`` (:func:`read_devices_noted` without its notes)."""
+    return read_devices_noted(root)[0]
 
 
 def read_path(root: str, address: str, kind: str) -> PciPath | None:
@@ -364,6 +397,9 @@ def read_gpu_paths(root: str) -> tuple[PciPath, ...]:
 
 def read_acs(root: str, bridge: str) -> Acs:
     path = os.path.join(under(root, PCI_DEVICES), bridge, "config")
+    escape = outside_root(path)
+    if escape:
+        return Acs(bridge, None, escape)
     try:
         data = infile.read_bytes(path, 4096, truncate=True)
     except infile.ReadError as exc:
@@ -427,7 +463,7 @@ def gather_rdma(
     """Read everything, judge nothing. ``state``: the counters of the last run, loaded once by the caller (who also
     saves this run's, :func:`counters_of`, once with every other namespace); ``nccl``: NCCL's configuration
     (hostcheck.gather.nccl_conf.read_nccl_config, read by the caller under the same root)."""
-    devices = read_devices(root)
+    devices, unread = read_devices_noted(root)
     gpus, nics = read_topology(root, devices)
     bridges = sorted({b for p in (*gpus, *nics) for b in p.bridges})
     return RdmaSnapshot(
@@ -439,6 +475,7 @@ def gather_rdma(
         gpudirect=read_gpudirect(root),
         netifs=read_netifs(root),
         nccl=nccl or NcclConfig(),
+        unread=unread,
         state=state or CounterState(),
         taken_at=now,
     )

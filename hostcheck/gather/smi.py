@@ -19,6 +19,7 @@ from hostcheck.gather.base import (
     CmdResult,
     Runner,
     Unavailable,
+    parse_int,
     read_text,
     run_cmd,
 )
@@ -80,7 +81,10 @@ def _int(v: Any) -> Any:
     if isinstance(v, Unavailable):
         return v
     try:
-        return int(str(v).split()[0], 0)  # base 0: also '0x0000000000000001'
+        word = str(v).split()[0]
+        if not word.isascii():  # int() reads "٣" as 3: not a number nvidia-smi writes
+            raise ValueError(word)
+        return int(word, 0)  # base 0: also '0x0000000000000001'
     except (ValueError, IndexError):
         return Unavailable(ERROR, f"unparsable {v!r}")
 
@@ -202,8 +206,8 @@ def gather_smi(runner: Runner = run_cmd) -> NvmlSnapshot:
         numa: Any = Unavailable(NOT_SUPPORTED, "no NUMA node in sysfs")
         if isinstance(bus_id, str):
             t = read_text(f"/sys/bus/pci/devices/{bus_id}/numa_node")
-            if isinstance(t, str) and t.strip().lstrip("-").isdigit():
-                numa = int(t.strip())
+            if parse_int(t, signed=True) is not None:
+                numa = parse_int(t, signed=True)
         idx = _int(row.get("index", str(i)))
         gpus.append(
             GpuInfo(

@@ -17,9 +17,11 @@ from hostcheck.gather.base import (
     HOST_ROOT,
     NO_PERMISSION,
     NOT_FOUND,
+    OUTPUT_CAP,
     CmdResult,
     Runner,
     Unavailable,
+    parse_int,
     read_text,
     run_cmd,
 )
@@ -71,24 +73,30 @@ def parse_os_release(text: str) -> dict[str, str]:
 
 
 def parse_driver_version(text: str) -> str | None:
-    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+([0-9]{1,6}\.[0-9]{1,6}(?:\.[0-9]{1,6})?)", text)
     return m.group(1) if m else None
 
 
+#: CPUs in a list at most (Linux's NR_CPUS tops out at 8192): a range of a billion is not a node's.
+MAX_CPUS = 1 << 16
+
+
 def parse_cpulist(text: str) -> tuple[int, ...]:
+    """The kernel's CPU list ("0-55,112-167") as CPU numbers; a part that is not a number or a range of them is
+    left out."""
     cpus: list[int] = []
     for part in text.strip().split(","):
-        if not part:
+        a, dash, b = part.partition("-")
+        lo, hi = parse_int(a, digits=5), parse_int(b, digits=5) if dash else parse_int(a, digits=5)
+        if lo is None or hi is None or hi < lo:
             continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            cpus.extend(range(int(a), int(b) + 1))
-        else:
-            cpus.append(int(part))
+        cpus.extend(range(lo, min(hi, lo + MAX_CPUS - len(cpus) - 1) + 1))
+        if len(cpus) >= MAX_CPUS:
+            break
     return tuple(cpus)
 
 
-_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)")
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): ([0-9]{1,6}),?\s*(.*)")
 _ISO_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})[,.]?\d*(?:([+-])(\d{2}):?(\d{2}))?", re.ASCII
 )
@@ -142,21 +150,28 @@ def read_kernel_log(
 ) -> tuple[str | Unavailable, str]:
     """The kernel log of the last ``hours`` and where it came from: journalctl -k (journald applies the window,
     at most KERNEL_LOG_LINES lines), else dmesg cut to the same window. The one reader of the kernel log: the XIDs
-    (here) and the machine checks and hung tasks (gather.hardware) both come from it."""
+    (here) and the machine checks and hung tasks (gather.hardware) both come from it. A log past the output cap is
+    read to its end and its last OUTPUT_CAP bytes kept (the newest lines): the source says so."""
+    if runner is run_cmd:  # the newest lines are the ones that matter: keep the end of a flood, not its start
+        runner = lambda argv, timeout: run_cmd(argv, timeout, tail=True)  # noqa: E731
     # Whole minutes, rounded up: a window under a minute would otherwise ask journald for none.
     minutes = max(1, math.ceil(hours * 60))
     argv = ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "-n", str(KERNEL_LOG_LINES)]
     j = runner([*argv, "--since", f"-{minutes}min"], 15)
     journal_ok = isinstance(j, CmdResult) and j.rc == 0 and "No journal files" not in j.stderr
     if journal_ok and j.stdout.strip():
-        return j.stdout, f"journalctl -k, last {hours:g} h"
+        return j.stdout, f"journalctl -k, last {hours:g} h" + _cut(j)
     d = runner(["dmesg", "--time-format", "iso"], 15)
     if isinstance(d, CmdResult) and d.rc == 0:
-        return "\n".join(within_window(d.stdout, hours)), f"dmesg, last {hours:g} h"
+        return "\n".join(within_window(d.stdout, hours)), f"dmesg, last {hours:g} h" + _cut(d)
     if journal_ok:  # journald answered with an empty window and dmesg is not readable
         return "", f"journalctl -k, last {hours:g} h"
     why = d.reason if isinstance(d, Unavailable) else (d.stderr.strip()[:120] or f"dmesg exit {d.rc}")
     return Unavailable(NO_PERMISSION, f"kernel log not readable ({why}); run as root"), "none"
+
+
+def _cut(r: CmdResult) -> str:
+    return f" (cut: only its last {OUTPUT_CAP >> 20} MiB read)" if r.cut else ""
 
 
 def read_xids(
@@ -205,16 +220,15 @@ def gather_system(
     online = read_text("/sys/devices/system/cpu/online")
     cpus = list(parse_cpulist(online)) if isinstance(online, str) else list(range(os.cpu_count() or 1))
     numa = []
-    for node in sorted(
-        glob.glob("/sys/devices/system/node/node[0-9]*"), key=lambda p: int(p.rsplit("node", 1)[1])
-    ):
+    nodes = glob.glob("/sys/devices/system/node/node[0-9]*")
+    for _n, node in sorted((n, p) for p in nodes if (n := parse_int(p.rsplit("node", 1)[1])) is not None):
         cl = read_text(f"{node}/cpulist")
         if isinstance(cl, str):
             numa.append(parse_cpulist(cl))
     mem = 0
     meminfo = read_text("/proc/meminfo")
     if isinstance(meminfo, str):
-        m = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
+        m = re.search(r"MemTotal:\s+([0-9]{1,15}) kB", meminfo)
         mem = int(m.group(1)) * 1024 if m else 0
     drv_text = read_text("/proc/driver/nvidia/version")
     driver: str | Unavailable

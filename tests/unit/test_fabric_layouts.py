@@ -217,7 +217,7 @@ PLANTED = {
             "config": (
                 "fabric.E001",
                 Status.FAIL,
-                f"7 of 8 'rails' port(s): {GPU6} has no NIC of its own within PXB",
+                f"7 of 8 'rails' ports: {GPU6} has no NIC of its own within PXB",
                 "GPU 6 rail missing, 7/8 rails",
             ),
             "baseline": (
@@ -344,7 +344,7 @@ def test_a_real_h100_sysfs_capture_front_end_nic_and_saturated_counter(tmp_path,
     assert not_ok(results) == {}
     assert (
         results["fabric.E001"].status is Status.PASS
-        and "9 of 9 RDMA port(s)" in results["fabric.E001"].message
+        and "9 of 9 RDMA ports" in results["fabric.E001"].message
     )
     assert results["fabric.E002"].status is Status.PASS
     assert any("mlx5_1 port 1: link_downed saturated at 255" in d for d in results["fabric.E004"].details)
@@ -360,7 +360,7 @@ def test_a_real_iwarp_capture_with_counters_that_read_na(tmp_path, clock):
     results, _, _ = judge(root, tmp_path, clock, runs=1)
     assert not_ok(results) == {} and results["fabric.E001"].status is Status.PASS
     e003 = results["fabric.E003"]
-    assert e003.status is Status.PASS and "1 port(s) without readable counters, not judged" in e003.message
+    assert e003.status is Status.PASS and "1 port without readable counters, not judged" in e003.message
     assert "i40iw0 port 1: no counter read (" in " ".join(e003.details) and "N/A (no PMA)" in " ".join(
         e003.details
     )

@@ -277,10 +277,10 @@ def test_the_report_schema_lists_the_names_the_code_defines():
 #:   called ``render`` is a subcommand's renderers and nothing else.
 #: hostcheck/command.py only dispatches: of the subcommands it imports their ``cli`` modules and nothing else, and
 #: beside them only what every command shares (the version, the child-process registry it empties on a signal, the
-#: exit codes).
+#: exit codes, the file writer whose unfinished temporary files it removes).
 CLI_NAMES = ("SUMMARY", "DESCRIPTION", "EPILOG")
 CLI_FUNCTIONS = {"add_arguments": 1, "run": 1}
-COMMAND_SHARES = {"hostcheck", "hostcheck.child.launch", "hostcheck.exitcodes"}
+COMMAND_SHARES = {"hostcheck", "hostcheck.child.launch", "hostcheck.exitcodes", "hostcheck.outfile"}
 
 
 def _top_level(path: Path) -> tuple[set[str], dict[str, int]]:

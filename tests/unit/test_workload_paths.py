@@ -384,3 +384,14 @@ def test_gpudirect_write_skips_with_the_reason_and_a_broken_run_is_an_error():
     r = judge_one(gdr_run(broken), "workload.E018", gpus())
     assert r.status == Status.ERROR and "Couldn't allocate MR" in r.details[0]
     assert judge_one(WorkloadRun(sections=("env",)), "workload.E018", gpus()).status == Status.SKIP
+
+
+def test_gpudirect_write_counts_only_the_nics_that_wrote():
+    """Two NICs that both failed wrote nothing into GPU memory: the message never says they did."""
+    failed_both = [nic_row(i, None, error="ib_write_bw exited 1: no route") for i in range(2)]
+    r = judge_one(gdr_run(failed_both), "workload.E018", gpus())
+    assert r.status == Status.ERROR and r.message == "no NIC wrote into GPU memory (2 NICs not measured)"
+    r = judge_one(gdr_run([nic_row(0, 391.6), failed_both[1]]), "workload.E018", gpus())
+    assert r.message == "1 NIC wrote into GPU memory; slowest 391.6 Gb/s (1 not measured)", r.message
+    r = judge_one(gdr_run([nic_row(0, 391.6), nic_row(1, 390.0)]), "workload.E018", gpus())
+    assert r.message == "2 NICs wrote into GPU memory; slowest 390.0 Gb/s", r.message
