@@ -556,16 +556,17 @@ def _patch_autocast(mode):
 
 # --- distributed --------------------------------------------------------------------------------------------
 def _first_tensor(args, kwargs):
-    """The tensor (or the first of a tensor list) a collective works on, None for one without (barrier)."""
+    """The CUDA tensor (or the first of a tensor list) a collective works on; None for a CPU tensor or a call
+    without one (barrier)."""
     x = args[0] if args else None
     if x is None:
         for key in ("tensor", "output_tensor", "output", "tensor_list"):
             x = kwargs.get(key)
             if x is not None:
                 break
-    if isinstance(x, (list, tuple)):
+    if type(x) in (list, tuple):
         x = x[0] if x else None
-    return x if getattr(x, "is_cuda", False) is True else None
+    return x if getattr(x, "is_cuda", False) is True and getattr(x, "device", None) is not None else None
 
 
 def _begin(device):
@@ -598,13 +599,6 @@ def _add(name, a, b, clock):
     if _S.coll_n < COLL_CAP:
         _S.coll_n += 1
         _S.coll_buf.append((name, a, b, clock))
-
-
-def _called(name):
-    c = _S.coll.get(name)
-    if c is None:
-        c = _S.coll[name] = [0, 0.0]
-    c[0] += 1
 
 
 def _pend(name, t0, t1, begun):
@@ -703,6 +697,41 @@ def _untracked_works(final=False):
             _add(n, a, b, "launch")
 
 
+def _guarded(fn, *args):
+    """``fn(*args)`` for the collectives' timing: an error of the hook's own stops GPU timing (the host clock goes
+    on) and never reaches the job; one a signal handler raised does."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+        _gpu_failed(exc)
+        return None
+
+
+def _timed(name, t0, t1, begun, ok):
+    """A call's (or a wait's) time: from its CUDA events when it began with some and returned, else the host's."""
+    if ok and begun is not None and _S.gpu.off is None:
+        _pend(name, t0, t1, begun)
+    else:
+        _add(name, t0, t1, "host")
+
+
+def _ended(name, t0, t1, begun, ok, out, tensor):
+    if _S.off:
+        return
+    c = _S.coll.get(name)
+    if c is None:
+        c = _S.coll[name] = [0, 0.0]
+    c[0] += 1
+    if ok and callable(getattr(out, "wait", None)):  # asynchronous: timed at its wait
+        if begun is not None:
+            _S.gpu.release(begun[0], begun[2])
+        _track(out, name, t0, t1, tensor)
+    else:
+        _timed(name, t0, t1, begun, ok)
+
+
 def _wrap_collective(name, orig):
     def collective(*args, **kwargs):
         t0 = _clock()
@@ -722,22 +751,7 @@ def _wrap_collective(name, orig):
             ok = True
             return out
         finally:
-            try:
-                t1 = _clock()
-                if not _S.off:
-                    _called(name)
-                    if ok and callable(getattr(out, "wait", None)):
-                        if begun is not None:
-                            _S.gpu.release(begun[0], begun[2])
-                        _track(out, name, t0, t1, tensor)
-                    elif ok and begun is not None and _S.gpu.off is None:
-                        _pend(name, t0, t1, begun)
-                    else:
-                        _add(name, t0, t1, "host")
-            except Exception as exc:
-                if _signalled(exc):
-                    raise
-                _gpu_failed(exc)
+            _guarded(_ended, name, t0, _clock(), begun, ok, out, tensor)
 
     collective.__wrapped__ = orig
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
@@ -758,30 +772,14 @@ def _wrap_wait(orig):
             return orig(self, *args, **kwargs)
         _, name, _a, _b, device = entry
         w0 = _clock()
-        begun = None
-        if device is not None:
-            try:
-                begun = _begin(device)
-            except Exception as exc:
-                if _signalled(exc):
-                    raise
-                _gpu_failed(exc)
+        begun = None if device is None else _guarded(_begin, device)
         ok = False
         try:
             out = orig(self, *args, **kwargs)
             ok = True
             return out
         finally:
-            try:
-                w1 = _clock()
-                if ok and begun is not None and _S.gpu.off is None:
-                    _pend(name, w0, w1, begun)
-                else:
-                    _add(name, w0, w1, "host")
-            except Exception as exc:
-                if _signalled(exc):
-                    raise
-                _gpu_failed(exc)
+            _guarded(_timed, name, w0, _clock(), begun, ok)
 
     collective_wait.__wrapped__ = orig
     with contextlib.suppress(Exception):
