@@ -14,6 +14,7 @@ Before, the hook timed the Python call: a collective that returned at once and r
 
 from __future__ import annotations
 
+import json
 import math
 import types
 
@@ -21,7 +22,7 @@ import pytest
 
 from hostcheck.inside import job_hook
 from hostcheck.job import records
-from hostcheck.job.analyse import comm_times
+from hostcheck.job.analyse import Rank, _comm, comm_times
 from hostcheck.job.records import parse_lines, read_run
 from hostcheck.job.render import _timed
 
@@ -296,6 +297,37 @@ def test_records_from_a_hook_before_the_clock_read_as_host_and_an_unknown_clock_
     p = parse_lines(lines)
     assert [c[0] for c in p.collectives] == ["all_reduce", "broadcast"]
     assert p.collective_clocks == {"host": 1, "gpu": 1} and p.bad_lines == 1
+
+
+def test_a_final_record_s_malformed_collective_totals_are_left_out_never_a_crash():
+    """The job can write into its records folder: a total of the wrong shape is not counted (it raised
+    IndexError, a traceback instead of the job's report)."""
+    colls = {
+        "all_reduce": [1],
+        "broadcast": [2, 0.5],
+        "barrier": [1, True],
+        "reduce": "x",
+        "all_gather": [1, "s"],
+    }
+    lines = [
+        '{"k":"proc","pid":7,"ppid":1,"argv":[],"env":{}}',
+        '{"k":"b","it":0,"t":[0,0.1,1,1.1]}',
+        json.dumps({"k": "final", "opt_steps": 0, "collectives": colls}),
+    ]
+    p = parse_lines(lines)
+    rank = Rank(
+        pid=7,
+        rank=0,
+        argv=(),
+        times=records.loop_times(p),
+        loader={},
+        model=None,
+        final=p.final,
+        workers=(),
+        cpu_cores=None,
+    )
+    comm = _comm([rank], {7: p})
+    assert comm["collectives_s"] == 0.5 and comm["timed"] == {"gpu": 0, "host": 0, "launch": 0}
 
 
 def test_the_clock_names_agree_on_both_sides_of_the_inside_boundary():
