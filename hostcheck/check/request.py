@@ -91,6 +91,7 @@ def build_request(args: argparse.Namespace, catalogue: list[Check], started: flo
     if not 0 <= min_score <= 100:
         raise ArgumentError(None, "--min-score must be 0-100")
     burn = profile.burn_s if args.burn is None else args.burn
+    _workload_needs_a_profile_that_runs_it(args, profile)
     sections, section_args = _validate_workload(args, burn)
     _validate_environment(output)
     options = gather.Options(
@@ -148,6 +149,29 @@ def _select(
     if checks and not allowed:
         raise ArgumentError(None, f"the {profile.name} profile runs none of the selected checks")
     return allowed
+
+
+def _workload_needs_a_profile_that_runs_it(args: argparse.Namespace, profile: Profile) -> None:
+    """An option of the GPU workload under a profile that runs none (the default's included) is refused: the long
+    run is asked for by name (--profile full), never started by an option's side effect nor dropped in silence."""
+    if "workload" in profile.needs:
+        return
+    given = [
+        flag
+        for flag, value in (
+            ("--burn", args.burn),
+            ("--nnodes", args.nnodes),
+            ("--workload-sections", args.workload_sections),
+            ("--workload-section-args", args.workload_section_args),
+        )
+        if value
+    ]
+    if given:
+        raise ArgumentError(
+            None,
+            f"{given[0]} sets up the GPU workload, which the {profile.name} profile does not run: "
+            "add --profile full",
+        )
 
 
 def _validate_workload(

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from hostcheck.config import Config
 from hostcheck.gather import dcgm as dcgm_gather
 from hostcheck.gather import state as counter_state
-from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Unavailable, read_text
+from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Runner, Unavailable, read_text, run_cmd
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.dcgm import DcgmSnapshot, gather_dcgm
@@ -83,6 +83,8 @@ class Options:
     state_file: str | None = None
     #: ``dcgmi diag -r`` level (the profile's dcgm_level); 0: DCGM's health watches only.
     dcgm_level: int = 0
+    #: Told each gatherer's start and end (``begin(step)``, ``end(step)``: hostcheck.progress's line on a terminal).
+    progress: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,21 @@ class Snapshot:
         return self.options.env_file or self.facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
 
 
+#: What a person watching the progress line reads for each gatherer.
+STEP_NAMES = {
+    "nvml": "NVML",
+    "system": "kernel log",
+    "tuning": "tuning",
+    "torch": "torch probe",
+    "workload": "GPU workload",
+    "datapath": "dataset reads",
+    "hardware": "host hardware",
+    "rdma": "RDMA ports",
+    "inventory": "inventory",
+    "dcgm": "DCGM",
+}
+
+
 def _timed(
     name: str,
     fn: Callable[[], Any],
@@ -121,12 +138,18 @@ def _timed(
     fallback: Callable[[Unavailable], Any],
     timings: dict,
     deadline: float | None = None,
+    progress: Any = None,
 ) -> Any:
     start = time.monotonic()
     cut = deadline is not None and deadline - start < timeout
     if cut:
         timeout = max(0.0, deadline - start)
+    step = STEP_NAMES.get(name, name)
+    if progress is not None:
+        progress.begin(step)
     finished, value = call_with_timeout(fn, timeout) if timeout > 0 else (False, None)
+    if progress is not None:
+        progress.end(step)
     timings[name] = round(time.monotonic() - start, 3)
     if not finished:
         if cut:
@@ -137,11 +160,28 @@ def _timed(
     return value
 
 
+def run_once(runner: Runner | None = None) -> Runner:
+    """``runner`` answering a command line it ran before in this run with the same answer: the kernel log is read
+    for the XIDs (system) and for the machine checks and hung tasks (hardware) with one journalctl or dmesg, and a
+    journalctl that timed out for the first is not waited for again by the second."""
+    answers: dict[Any, Any] = {}
+    runner = runner or run_cmd
+
+    def run(argv: Any, *args: Any, **kwargs: Any) -> Any:
+        key = (tuple(argv), args, tuple(sorted(kwargs.items())))
+        if key not in answers:
+            answers[key] = runner(argv, *args, **kwargs)
+        return answers[key]
+
+    return run
+
+
 # long: each gatherer's closure with its timing beside the threads that run them; a table of gatherers would halve it
 def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHERERS)) -> Snapshot:
     """Run the gatherers the selected checks need; the torch probe and the workload run beside system and
     tuning."""
     timings: dict[str, float] = {}
+    runner = run_once()
     facts = gather_facts(options.facts_dir)
     env_file = options.env_file or facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
     results: dict[str, Any] = {}
@@ -164,6 +204,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
 
     # NVML first, before the torch probe can open a CUDA context that would show up as a GPU process.
@@ -175,6 +216,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: NvmlSnapshot(error=u),
             timings,
             options.deadline,
+            options.progress,
         )
     threads = []
     if "torch" in needs:
@@ -189,7 +231,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             return gather_for(options, python, gather_tuning_env(env_file))
 
         results["workload"] = _timed(
-            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline
+            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline, options.progress
         )
 
     # Never a GPU job beside someone else's: a busy node would only look slow.
@@ -204,11 +246,12 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         root_kw = {"root": options.host_root} if options.host_root != HOST_ROOT else {}
         results["system"] = _timed(
             "system",
-            lambda: gather_system(xid_window_hours=options.config.xid.window_hours, **root_kw),
+            lambda: gather_system(runner=runner, xid_window_hours=options.config.xid.window_hours, **root_kw),
             options.gather_timeout_s,
             lambda u: SystemSnapshot(),
             timings,
             options.deadline,
+            options.progress,
         )
     if "tuning" in needs:
         services = tuple(facts.get("gpunode_tuning", "services_disabled") or DEFAULT_SERVICES_OFF)
@@ -219,6 +262,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: TuningSnapshot(shm_bytes=u, env=u, governors=u, thp=u, services=u),
             timings,
             options.deadline,
+            options.progress,
         )
     if "datapath" in needs:
         dirs, source = tuple(options.data_dirs), "--data-dir"
@@ -234,6 +278,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: DataPathSnapshot(source=dp_opts.source, error=u),
             timings,
             options.deadline,
+            options.progress,
         )
     # The counters of the last run: loaded once for every gatherer that compares with them, saved once below.
     state_file = options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
@@ -253,6 +298,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 options.host_root,
                 state_file,
                 log_hours=options.config.xid.window_hours,
+                runner=runner,
                 replays=replays,
                 now=now,
                 state=state,
@@ -271,6 +317,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "rdma" in needs:
         results["rdma"] = _timed(
@@ -285,6 +332,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "inventory" in needs:
         results["inventory"] = _timed(
@@ -304,6 +352,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if state is not None:
         _save_counters(state, results, now)
@@ -327,6 +376,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
         results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))

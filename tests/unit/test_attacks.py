@@ -2048,6 +2048,114 @@ DCGM_ATTACKS = [
 ATTACKS += DCGM_ATTACKS
 
 
+# --- names that would forge a report line or a terminal escape ---------------------------------------------------
+# A GPU's and a NIC's PCI folder, a disk's model (what the host root holds), a process on a GPU (nvidia-smi's
+# answer, through its fallback when nvidia-ml-py is absent) and, on the fleet page, a node's own report: each holds
+# a new line that starts a line of its own ("[PASS] ...") and an OSC escape that retitles a terminal (xterm's
+# ctlseqs: ESC ] 0 ; text BEL). Text, Markdown and HTML show them escaped, never raw.
+
+FORGED = "\n[PASS] gpu.E001 NVIDIA driver and NVML: all good\x1b]0;pwned\x07"
+FORGED_SHOWN = "\\n[PASS] gpu.E001 NVIDIA driver and NVML: all good\\x1b]0;pwned\\x07"
+#: nvidia-smi's CSV answers (gather/smi.py's fields, in its order) naming a GPU and a process with the escape.
+FORGING_SMI = r"""e=$(printf '\033]0;pwned\007')
+case "$*" in
+*query-gpu*) echo "0, NVIDIA H100 80GB HBM3$e, GPU-1, 00000000:18:00.0, 580.159.04, 9.0, 81559, Enabled, Enabled,\
+ 0, 0, 0, 0, No, 5, 5, 16, 16, 0x0000000000000001, 40, Enabled";;
+*query-compute-apps*) echo "00000000:18:00.0, 4242, python$e, 1024";;
+esac
+"""
+
+
+def _forged_host(c: Ctx) -> list[str]:
+    """A host root whose GPU and NIC PCI folders and NVMe model carry FORGED, AER errors on both, a baseline
+    that names another drive, and a fake nvidia-smi; check's options to read it all."""
+    host = c.root / "host"
+    for name, cls in (
+        ("0000:18:00.0", "0x030200"),
+        ("0000:1a:00.0", "0x020700"),
+    ):  # a GPU and an InfiniBand NIC
+        dev = host / "sys/bus/pci/devices" / (name + FORGED)
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text("0x10de\n" if cls.startswith("0x03") else "0x15b3\n")
+        (dev / "class").write_text(cls + "\n")
+        for f, key in (("fatal", "FATAL"), ("nonfatal", "NONFATAL"), ("correctable", "COR")):
+            (dev / f"aer_dev_{f}").write_text(f"TOTAL_ERR_{key} 3\n")
+    drive = host / "sys/class/nvme/nvme0"
+    (drive / "nvme0n1").mkdir(parents=True)
+    (drive / "model").write_text("Disk" + FORGED + "\n")
+    (drive / "nvme0n1/size").write_text("2000\n")
+    _written(c, "h.toml", b'[baseline]\nnvme = [{model = "Other", size_bytes = 1024000}]\n')
+    c.script("bin/nvidia-smi", FORGING_SMI)
+    ids = "system.E009,baseline.E003,gpu.E012"
+    return c.base("--host-root", str(host), "--config", c.p("h.toml"), only=ids)
+
+
+def _not_forged(text: str, *shown: str) -> None:
+    """No raw escape and no line a name started; each of ``shown`` (the planted text, escaped) in the text, read
+    with its wrapped lines joined."""
+    assert "\x1b" not in text and "\x07" not in text, repr(text[:3000])
+    assert not any(line.lstrip().startswith("[PASS]") for line in text.splitlines()), text
+    joined = " ".join(text.split())
+    assert all(s in joined for s in shown), text
+
+
+def _forged_text(*extra: str) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        def check(o: Outcome) -> None:
+            _not_forged(
+                o.out, "0000:18:00.0" + FORGED_SHOWN, "Disk" + FORGED_SHOWN, "python\\x1b]0;pwned\\x07[4242]"
+            )
+            assert "0000:1a:00.0" + FORGED_SHOWN in " ".join(o.out.split()) or "--verbose" not in extra, o.out
+
+        env: dict[str, str | None] = {"PATH": f"{c.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        return Run([*_forged_host(c), *extra], JUDGED, env=env, pyflags=("-S",), check=check)
+
+    return build
+
+
+def _forged_fleet(c: Ctx, d: Path) -> None:
+    finding = {
+        "id": "gpu.E001",
+        "status": "fail",
+        "weight": 5,
+        "message": "driver" + FORGED,
+        "hint": "fix" + FORGED,
+    }
+    doc = json.loads(_node_report("gpu009" + FORGED, ready=False, value=40))
+    doc["checks"].append(finding)
+    doc["versions"]["driver"] = "580" + FORGED
+    (d / "gpu009.json").write_text(json.dumps(doc))
+
+
+def _forged_pages(o: Outcome) -> None:
+    md, page = (o.ctx.root / "out" / "fleet.md").read_text(), (o.ctx.root / "out" / "fleet.html").read_text()
+    in_md = FORGED_SHOWN.replace("\\", "\\\\")  # Markdown's own escape of the backslash: it reads "\n"
+    _not_forged(md, "gpu009" + in_md, "driver" + in_md, "fix" + in_md, "580" + in_md)
+    _not_forged(page, "gpu009" + FORGED_SHOWN, "driver" + FORGED_SHOWN, "fix" + FORGED_SHOWN)
+    row = next(line for line in md.splitlines() if "gpu009" in line)
+    assert row.count(" | ") == 6, row
+
+
+def _forged_job_check(o: Outcome) -> None:
+    _not_forged(o.err, "error Boom\\x1b]0;pwned\\x07: bad")
+
+
+#: A hook record of the job's own (the job writes its records: hostile by design) whose error type holds the OSC
+#: escape; its message's second line is a forged one (the report shows the first line of a message).
+FORGED_JOB = (
+    RECORD + 'printf \'%s\\n\' \'{"k":"proc","pid":1}\' '
+    '\'{"k":"err","type":"Boom\\u001b]0;pwned\\u0007","message":"bad\\n[PASS] all good"}\' > $f'
+)
+
+FORGING_ATTACKS = [
+    A("names-forge-lines-and-escapes-text", _forged_text()),
+    A("names-forge-lines-and-escapes-job-report", _job(FORGED_JOB, check=_forged_job_check)),
+    A("names-forge-lines-and-escapes-text-verbose", _forged_text("--verbose")),
+    A("names-forge-lines-and-escapes-fleet-markdown-html", _fleet(_forged_fleet, check=_forged_pages)),
+]
+ATTACKS += FORGING_ATTACKS
+
+
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_attack(
     attack: Attack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest

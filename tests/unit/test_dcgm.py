@@ -267,6 +267,7 @@ def test_each_profile_has_its_level_with_dcgms_documented_run_time():
         "passive": 0,
         "prolog": 1,
         "epilog": 1,
+        "standard": 1,
         "full": 2,
         "burnin": 3,
     }

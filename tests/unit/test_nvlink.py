@@ -147,7 +147,9 @@ def two_runs(monkeypatch, tmp_path, first, second, gap=300.0):
 
     def run(fake, now):
         monkeypatch.setattr(G, "gather_nvml", lambda: gather_nvml(nvml=fake, proc_name=str))
-        monkeypatch.setattr(G, "gather_hardware", lambda *a, **k: gather_hardware(*a, runner=no_command, **k))
+        monkeypatch.setattr(
+            G, "gather_hardware", lambda *a, **k: gather_hardware(*a, **{**k, "runner": no_command})
+        )
         # gather() takes one time for the run and saves the state with it.
         monkeypatch.setattr(G, "time", types.SimpleNamespace(time=lambda: now, monotonic=time.monotonic))
         snap = G.gather(Options(state_file=str(state), host_root=str(tmp_path)), {"nvml", "hardware"})

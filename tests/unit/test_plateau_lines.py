@@ -202,7 +202,8 @@ def test_the_check_command_hands_the_profiles_sizes_to_the_workload(monkeypatch,
         return dataclasses.replace(S.make_snapshot(), options=options)
 
     monkeypatch.setattr("hostcheck.gather.gather", fake)
-    command.main(["--json", "--only", "workload.E013", "--workload-section-args", '{"ddp": {"bw_iters": 5}}'])
+    argv = ["--json", "--profile", "full", "--only", "workload.E013"]
+    command.main([*argv, "--workload-section-args", '{"ddp": {"bw_iters": 5}}'])
     capsys.readouterr()
     assert seen["args"]["ddp"] == {"bw_budget_s": 4.0, "bw_max_bytes": 16 * GIB, "bw_iters": 5}
     assert seen["args"]["matmul"]["gpu_n"] == 8192

@@ -132,3 +132,16 @@ def test_the_roles_threshold_names_are_the_rows_of_the_thresholds_files():
     role = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert role["__gpunode_health_threshold_keys"] == list(thresholds.ROWS)
     assert role["__gpunode_health_threshold_ints"] == [n for n, r in thresholds.ROWS.items() if r.kind is int]
+
+
+def test_the_roles_profiles_are_hostchecks_and_each_has_time_beyond_its_deadline():
+    """gpunode_health takes a profile by name (the timer's runs and the configuration's default): its choices are
+    hostcheck's profiles, and systemd's limit for each (TimeoutStartSec) lies beyond the profile's own deadline,
+    so that hostcheck always stops itself first."""
+    from hostcheck.profiles import PROFILES
+
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
+    assert spec["options"]["gpunode_health_profile"]["choices"] == list(PROFILES)
+    limits = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__gpunode_health_profile_timeout"]
+    assert set(limits) == set(PROFILES)
+    assert all(limits[n] > p.deadline_s for n, p in PROFILES.items()), limits

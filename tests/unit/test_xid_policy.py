@@ -194,6 +194,7 @@ def test_gather_passes_the_configured_window_to_the_system_gatherer(monkeypatch)
 
     monkeypatch.setattr(G, "gather_system", fake_gather_system)
     G.gather(Options(config=cfg({"xid": {"window_hours": 6}})), needs={"system"})
+    assert seen.pop("runner") is not None  # the run's one runner (the kernel log read once: test_gather)
     assert seen == {"xid_window_hours": 6.0}
 
 
