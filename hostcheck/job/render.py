@@ -170,7 +170,7 @@ def render_text(a: Analysis, v: Diagnosis, window_s: float | None = None) -> str
         lines.append(
             f"  comm      communication inside the loop {pct(a.comm.get('share'))} of it; collectives "
             f"{a.comm.get('collectives_s')} s in all, of which {_num(a.comm.get('end_wait_s'), ' s', 1)} waiting "
-            "after the loop"
+            f"after the loop{_timed(a.comm.get('timed'))}"
         )
     st = a.stacks or {}
     where = st.get("where") or {}
@@ -202,6 +202,24 @@ def render_text(a: Analysis, v: Diagnosis, window_s: float | None = None) -> str
         lines.append(f"(and {len(a.records_dropped) - 10} more dropped)")
     # The command, its errors and its GPUs' names are the job's: a line of theirs cannot start one of ours.
     return "\n".join(visible(x) for x in lines) + "\n"
+
+
+#: How a count of collectives was timed, in the report's words.
+TIMED_WORDS = {
+    "gpu": "on the GPU (CUDA events)",
+    "host": "by the host clock (CPU tensors, gloo, barrier)",
+    "launch": "by their launch only (asynchronous, never waited for: under-measured)",
+}
+
+
+def _timed(timed: Any) -> str:
+    """ "; calls timed: 40 on the GPU (CUDA events), 2 by the host clock ..." for the calls counted each way."""
+    if not isinstance(timed, dict):
+        return ""
+    parts = [
+        f"{timed[k]} {w}" for k, w in TIMED_WORDS.items() if isinstance(timed.get(k), int) and timed[k] > 0
+    ]
+    return f"; calls timed: {', '.join(parts)}" if parts else ""
 
 
 def report_dict(a: Analysis, v: Diagnosis, png_path: str | None = None) -> dict[str, Any]:
