@@ -83,6 +83,8 @@ class HardwareSnapshot:
     #: Kernel-log lines: machine-check reports and the hung-task detector's, in the window.
     mce_lines: tuple[str, ...] | Unavailable = ()
     hung_lines: tuple[str, ...] | Unavailable = ()
+    #: Kernel-log lines of EDAC's uncorrected memory errors in the window (read even where EDAC's sysfs is not).
+    edac_ue_lines: tuple[str, ...] | Unavailable = ()
     log_source: str = ""
     #: rasdaemon: MCE record kinds and counts from ``ras-mc-ctl --summary``; None when rasdaemon is absent.
     ras_mce: dict[str, int] | Unavailable | None = None
@@ -255,6 +257,19 @@ def parse_kernel_log(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(mce[-50:]), tuple(hung[-50:])
 
 
+#: drivers/edac/edac_mc.c, edac_ue_error(): edac_mc_printk(mci, KERN_WARNING, "%d UE %s%son %s (...)"), printed
+#: as "EDAC MC3: 1 UE memory read error on CPU_SrcID#1_MC#1_Chan#2_DIMM#0 (...)".
+_EDAC_UE_RE = re.compile(r"\bEDAC MC(\d{1,4}): (\d{1,12}) UE\b")
+
+
+def parse_edac_ue(text: str) -> tuple[str, ...]:
+    """The kernel log's EDAC uncorrected-error lines (the last 50), a count of at least one each."""
+    found = [
+        ln.strip()[:200] for ln in text.splitlines() if (m := _EDAC_UE_RE.search(ln)) and int(m.group(2))
+    ]
+    return tuple(found[-50:])
+
+
 def parse_ras_summary(text: str) -> dict[str, int]:
     """``MCE records summary:`` then one ``\\t<count> <message> errors`` line per kind (ras-mc-ctl --summary);
     "No MCE errors." gives {}."""
@@ -327,6 +342,7 @@ def gather_hardware(
     taken_at = time.time() if now is None else now
     log, source = read_kernel_log(runner, log_hours)
     mce, hung = parse_kernel_log(log) if isinstance(log, str) else (log, log)
+    ue = parse_edac_ue(log) if isinstance(log, str) else log
     snap = HardwareSnapshot(
         root=root,
         edac=read_edac(root),
@@ -334,6 +350,7 @@ def gather_hardware(
         blocked=read_blocked(root),
         mce_lines=mce,
         hung_lines=hung,
+        edac_ue_lines=ue,
         log_source=source,
         ras_mce=read_ras(runner),
         replays=dict(replays or {}),

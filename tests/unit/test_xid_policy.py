@@ -130,7 +130,7 @@ def test_site_policy_moves_xids_between_fail_warn_and_ignore():
     assert judge(xid_snapshot([79], conf))["gpu.E011"].status == Status.WARN
     r = judge(xid_snapshot([94, 48], conf))["gpu.E011"]
     assert r.status == Status.PASS and r.hint is None
-    assert r.details[0].startswith("GPU 1: Xid 94 [ignore]")
+    assert r.details[0].startswith("GPU 1 (0000:2a:00): Xid 94 [ignore]")
 
 
 def test_fail_wins_and_the_message_names_every_xid_with_its_meaning():
