@@ -4,9 +4,10 @@ counter rising since the last run. Messages name the GPU's index and UUID and th
 the Snapshot (docs/fabric.md, "NVLink").
 
 What is expected depends on how the SKU's links are wired (hostcheck/data/gpu_skus.json, ``nvlink``): an SXM part
-has every link up; an H100 NVL has 12 up to the card bridged to it, of the 18 NVML lists; a PCIe card has none
-unless an NVLink bridge is fitted, and NVML then answers every link it lists as down, the card's healthy state
-(NVIDIA/NVSentinel#1481 on A100 PCIe). An unknown SKU is compared with the node's other GPUs of its name only.
+has every link up; an H100 NVL about 12 up to the card bridged to it, of the 18 NVML lists (an estimate: fewer
+warn; none up is a card without its bridge, not judged); a PCIe card has none unless an NVLink bridge is fitted,
+and NVML then answers every link it lists as down, the card's healthy state (NVIDIA/NVSentinel#1481 on A100
+PCIe). An unknown SKU is compared with the node's other GPUs of its name only.
 
 MIG: with MIG mode on, NVML reports a GPU's NVLinks as down, and the links of the other GPUs to it: DCGM treats
 such links as disabled, not down (dcgmlib/src/DcgmTopology.cpp UpdateNvLinkLinkStateFromNvml, and
@@ -123,6 +124,12 @@ def links_up(s: Any) -> Outcome:
                     "missing or unseated (no public line says how many a bridged card has)",
                 )
             return Status.PASS, f"{_gpu(g)}: NVLink bridge: all {len(up)} links up"
+        if line is not None and line.form == "nvl" and not up:
+            return (
+                Status.SKIP,
+                f"{_gpu(g)}: no NVLink up: a card without its NVLink bridge (NVML lists {len(links)} links, down); "
+                "not judged",
+            )
         if line is not None:
             if len(up) < line.links:
                 text = f"{_gpu(g)}: {len(up)} of {line.links} NVLinks up"
@@ -130,6 +137,12 @@ def links_up(s: Any) -> Outcome:
                     text += f"; link {_names(down)} down"
                 if len(links) < line.links:
                     text += f"; NVML lists {len(links)} links"
+                if line.links_estimate:
+                    # No document states the count: below an estimate only warns.
+                    return (
+                        Status.WARN,
+                        text + f" ({line.links} is an estimate for {line.sku}: warns, never fails)",
+                    )
                 return Status.FAIL, text
             return Status.PASS, f"{_gpu(g)}: {len(up)} of {line.links} NVLinks up"
         peers = most.get(g.name, 0)

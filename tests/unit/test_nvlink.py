@@ -296,22 +296,29 @@ def test_a_pcie_card_without_a_bridge_lists_its_links_down_and_is_healthy(name):
     assert e001["nvlink.E001"].status is Status.WARN and "bridge seen" in e001["nvlink.E001"].message
 
 
-def test_an_h100_nvl_has_12_links_up_to_its_pair_of_the_18_nvml_lists():
-    """NVML lists 18 links on an H100 NVL (NVIDIA/DCGM#198, device 2321); its bridges carry 12 (H100 page:
-    NVLink 600 GB/s, 50 GB/s a link)."""
-    ok = [S.h100_gpu(i, name="NVIDIA H100 NVL", nvlinks=12, nvlink_count=18) for i in range(2)]
-    e001 = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=ok), system=S.h100_system(**PCIE_SYSTEM)))[0][
-        "nvlink.E001"
-    ]
+def test_an_h100_nvl_has_about_12_links_up_to_its_pair_an_estimate_that_only_warns():
+    """NVML lists 18 links on an H100 NVL (NVIDIA/DCGM#198: dcgmi nvlink --link-status on device 2321). NVIDIA's
+    H100 page gives its bridges 600 GB/s, 12 links at 50 GB/s, but no document states the count: 12 up passes,
+    fewer only warns, and a card with none up has no bridge fitted and is not judged."""
+
+    def run(up):
+        gpus = [S.h100_gpu(i, name="NVIDIA H100 NVL", nvlinks=up, nvlink_count=18) for i in range(2)]
+        snap = S.make_snapshot(nvml=S.FakeNvml(gpus=gpus), system=S.h100_system(**PCIE_SYSTEM))
+        return judge(snap)[0]["nvlink.E001"]
+
+    e001 = run(12)
     assert e001.status is Status.PASS and "12 of 12 NVLinks up" in e001.details[0], e001
-    one_down = [S.h100_gpu(i, name="NVIDIA H100 NVL", nvlinks=11, nvlink_count=18) for i in range(2)]
-    r = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=one_down), system=S.h100_system(**PCIE_SYSTEM)))[0]
-    assert r["nvlink.E001"].status is Status.FAIL and "11 of 12 NVLinks up" in r["nvlink.E001"].message
+    e001 = run(11)
+    assert e001.status is Status.WARN and "11 of 12 NVLinks up" in e001.message, e001
+    assert "12 is an estimate for h100-nvl: warns, never fails" in e001.message
+    e001 = run(0)
+    assert e001.status is Status.SKIP and "without its NVLink bridge" in e001.message, e001
+    assert "NVML lists 18 links, down" in e001.message
 
 
 def test_an_h200_has_its_18_links_judged_and_its_estimated_speed_only_warns():
-    """H200 SXM: 18 NVLink 4 links (H200 page: 900 GB/s; NVLink page: 18 links on Hopper) - a link down fails as on
-    H100. Its per-link speed has no public figure: H100's 26562 MB/s is an estimate, so a slower link warns and
+    """H200 SXM: 18 NVLink 4 links (NVIDIA's MLPerf Inference v4.1 system description of its H200-SXM-141GB node:
+    "18x 4th Gen NVLink, 900GB/s") - a link down fails as on H100. Its per-link speed has no public figure: H100's 26562 MB/s is an estimate, so a slower link warns and
     says so."""
     h200 = "NVIDIA H200"
     down = judge(S.make_snapshot(nvml=nvml(name=h200, nvlink_down=(4,))))[0]["nvlink.E001"]

@@ -222,3 +222,12 @@ def test_a_malformed_data_file_fails_the_import(tmp_path):
     )
     assert out.returncode != 0
     assert "ValueError" in out.stderr and "skus[0] (gb200): matmul_peaks.fp32" in out.stderr
+
+
+def test_an_nvlink_count_no_document_states_is_an_estimate_and_nothing_else_is(tmp_path):
+    """Only H100 NVL's 12 links (600 GB/s over 50 GB/s links: derived, stated nowhere) is an estimate count; the
+    loader refuses a count basis it does not know."""
+    assert {k for k, line in S.NVLINK.items() if line.links_estimate} == {"h100-nvl"}
+    path = _broken(tmp_path, lambda d: d["nvlink"]["rows"][0].update(links_basis="guess"))
+    with pytest.raises(ValueError, match=re.escape("nvlink.rows[0]: links_basis must be public or estimate")):
+        S._nvlink(path, {s.key for _, s in S.SKUS})

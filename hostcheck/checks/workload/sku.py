@@ -355,7 +355,7 @@ FORMS = ("sxm", "nvl", "pcie")
 @dataclass(frozen=True)
 class NvLinkLine:
     """nvlink.E001/E002's line for one SKU: how its NVLinks are wired, how many must be up, each link's speed
-    (MB/s, NVML's figure; None where no source gives it) and whether that speed is only an estimate."""
+    (MB/s, NVML's figure; None where no source gives it), and whether the count or the speed is only an estimate."""
 
     sku: str
     form: str
@@ -363,6 +363,7 @@ class NvLinkLine:
     link_mbps: int | None
     link_mbps_estimate: bool
     source: str
+    links_estimate: bool = False
 
 
 def _count(v: Any, least: int) -> bool:
@@ -370,8 +371,8 @@ def _count(v: Any, least: int) -> bool:
 
 
 def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
-    """The data file's NVLink lines by SKU key; ValueError naming the row. The count is public (it can fail); a
-    speed is public or an estimate (it warns)."""
+    """The data file's NVLink lines by SKU key; ValueError naming the row. A count or a speed is public (it can
+    fail) or an estimate (it warns)."""
     try:
         block = json.loads(path.read_text()).get("nvlink") or {"rows": []}
         _need(
@@ -388,6 +389,11 @@ def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
                 _count(row.get("links"), 0) and (row["links"] == 0) == (form == "pcie"),
                 where,
                 "links: a positive integer (0 for a pcie card and only there)",
+            )
+            _need(
+                row.get("links_basis", "public") in ("public", "estimate"),
+                where,
+                "links_basis must be public or estimate",
             )
             mbps = row.get("link_mbps")
             if mbps is not None:
@@ -413,6 +419,7 @@ def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
                 mbps,
                 row.get("link_mbps_basis") == "estimate",
                 row["source"],
+                row.get("links_basis") == "estimate",
             )
     except (AttributeError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from None
