@@ -4,6 +4,7 @@ reading is hostcheck.gather.hardware, the thresholds hostcheck/data/thresholds.j
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hostcheck.checks.gpu import _config
@@ -20,6 +21,9 @@ AER_FIX = (
     "reseat or replace the device or its riser/cable, check 'lspci -vvv -s <address>' for the link and the "
     "kernel log for 'AER:' lines; drain the node if uncorrectable errors keep coming"
 )
+
+
+_EDAC_MC = re.compile(r"MC\d{1,4}")
 
 
 def _hw(s: Any) -> HardwareSnapshot | Outcome:
@@ -48,6 +52,19 @@ def edac_errors(s: Any) -> Outcome:
     hw = _hw(s)
     if isinstance(hw, Outcome):
         return hw
+    logged = list(hw.edac_ue_lines) if isinstance(hw.edac_ue_lines, tuple) else []
+    if logged:
+        # EDAC's own report of an uncorrected error, read from the kernel log whether or not its counts are.
+        said = f"{len(logged)} uncorrected memory error line(s) in the kernel log ({hw.log_source}): {logged[-1]}"
+        counts = [] if isinstance(hw.edac, Unavailable) else [mc for mc in hw.edac if isinstance(mc.ue, int)]
+        more = f"; EDAC counts: {', '.join(f'{mc.name} {mc.ue} UE' for mc in counts)}" if counts else ""
+        mc = _EDAC_MC.search(logged[-1])
+        return failed(
+            said + more,
+            hint=EDAC_FIX,
+            details=tuple(logged[-5:]),
+            brief=f"EDAC {mc.group(0) if mc else 'MC'} uncorrected memory error",
+        )
     if isinstance(hw.edac, Unavailable):
         return _unavailable("EDAC", hw.edac)
     if not hw.edac:

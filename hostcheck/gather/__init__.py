@@ -329,6 +329,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 blocked=u,
                 mce_lines=u,
                 hung_lines=u,
+                edac_ue_lines=u,
                 # Nothing compared, nothing kept: system.E010 says so instead of claiming a baseline.
                 state=counter_state.CounterState(path=state_file, read_error=u, write_error=u),
             ),

@@ -85,6 +85,8 @@ class HardwareSnapshot:
     #: Kernel-log lines: machine-check reports and the hung-task detector's, in the window.
     mce_lines: tuple[str, ...] | Unavailable = ()
     hung_lines: tuple[str, ...] | Unavailable = ()
+    #: Kernel-log lines of EDAC's uncorrected memory errors in the window (read even where EDAC's sysfs is not).
+    edac_ue_lines: tuple[str, ...] | Unavailable = ()
     log_source: str = ""
     #: rasdaemon: MCE record kinds and counts from ``ras-mc-ctl --summary``; None when rasdaemon is absent.
     ras_mce: dict[str, int] | Unavailable | None = None
@@ -262,6 +264,19 @@ def parse_kernel_log(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(mce[-50:]), tuple(hung[-50:])
 
 
+#: drivers/edac/edac_mc.c, edac_ue_error(): edac_mc_printk(mci, KERN_WARNING, "%d UE %s%son %s (...)"), printed
+#: as "EDAC MC3: 1 UE memory read error on CPU_SrcID#1_MC#1_Chan#2_DIMM#0 (...)".
+_EDAC_UE_RE = re.compile(r"\bEDAC MC(\d{1,4}): (\d{1,12}) UE\b")
+
+
+def parse_edac_ue(text: str) -> tuple[str, ...]:
+    """The kernel log's EDAC uncorrected-error lines (the last 50), a count of at least one each."""
+    found = [
+        ln.strip()[:200] for ln in text.splitlines() if (m := _EDAC_UE_RE.search(ln)) and int(m.group(2))
+    ]
+    return tuple(found[-50:])
+
+
 def parse_ras_summary(text: str) -> dict[str, int]:
     """``MCE records summary:`` then one ``\\t<count> <message> errors`` line per kind (ras-mc-ctl --summary);
     "No MCE errors." gives {}."""
@@ -336,6 +351,7 @@ def gather_hardware(
     log, source = got if isinstance(got, tuple) else (got, "none")
     lines = guarded("the kernel log", lambda: parse_kernel_log(log)) if isinstance(log, str) else log
     mce, hung = lines if isinstance(lines, tuple) else (lines, lines)
+    ue = guarded("the kernel log's EDAC lines", lambda: parse_edac_ue(log)) if isinstance(log, str) else log
     # Each part on its own: one that cannot be read (or that no parser foresaw) is that part's Unavailable.
     snap = HardwareSnapshot(
         root=root,
@@ -344,6 +360,7 @@ def gather_hardware(
         blocked=guarded("the tasks in D state", lambda: read_blocked(root)),
         mce_lines=mce,
         hung_lines=hung,
+        edac_ue_lines=ue,
         log_source=source,
         ras_mce=guarded("ras-mc-ctl --summary", lambda: read_ras(runner)),
         replays=dict(replays or {}),

@@ -26,6 +26,7 @@ from hostcheck.gather.base import (
     run_cmd,
 )
 from hostcheck.gather.fabric import NO_FABRIC, FabricState, gather_fabric
+from hostcheck.gather.gpuinfo import BusId
 
 #: The kernel-log window when the caller names none: the shipped XID policy's window_hours (hostcheck/data/xid.json).
 XID_WINDOW_HOURS = default_xid_policy().window_hours
@@ -97,6 +98,18 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
 
 
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): ([0-9]{1,6}),?\s*(.*)")
+#: A GPU that fell off the bus, said by the driver without an Xid line: the probe's "NVRM: The NVIDIA GPU
+#: 0000:b3:00.0 / (PCI ID: ...) installed in this system has / fallen off the bus and is not responding to
+#: commands." (NVIDIA/open-gpu-kernel-modules, src/nvidia/arch/nvalloc/unix/src/osapi.c, NV_ERR_GPU_IS_LOST; one
+#: message over three lines) and RM's "NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.". NVIDIA's NVSentinel
+#: and leptonai/gpud report both as Xid 79.
+_FALLEN_START = re.compile(
+    r"NVRM: (?:The NVIDIA GPU|GPU) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\b"
+)
+_FALLEN = "fallen off the bus"
+#: Lines the three-line message may span after its first.
+_FALLEN_SPAN = 3
+FALLEN_OFF_XID = 79
 _ISO_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})[,.]?\d*(?:([+-])(\d{2}):?(\d{2}))?", re.ASCII
 )
@@ -134,14 +147,28 @@ def within_window(text: str, hours: float, now: datetime | None = None) -> list[
 def parse_xid_lines(
     text: str, now: datetime | None = None, hours: float = XID_WINDOW_HOURS
 ) -> list[XidEvent]:
-    """XID events from kernel log lines; lines with an ISO timestamp older than ``hours`` are dropped."""
+    """XID events from kernel log lines; lines with an ISO timestamp older than ``hours`` are dropped. A GPU the
+    driver says fell off the bus, with no Xid 79 line of its own, is an Xid 79 event too."""
     events = []
-    for line in within_window(text, hours, now):
+    lines = within_window(text, hours, now)
+    fallen: list[str] = []
+    for i, line in enumerate(lines):
         m = _XID_RE.search(line)
         if m:
             events.append(
                 XidEvent(pci=m.group(1).lower(), xid=int(m.group(2)), text=m.group(3).strip()[:160])
             )
+            continue
+        f = _FALLEN_START.search(line)
+        if f and any(_FALLEN in ln for ln in lines[i : i + _FALLEN_SPAN]):
+            bus = BusId(f.group(1)).kernel
+            if bus not in fallen:
+                fallen.append(bus)
+    logged = {e.pci for e in events if e.xid == FALLEN_OFF_XID}
+    for bus in fallen:
+        if bus not in logged:
+            said = "GPU has fallen off the bus (the driver's message, no Xid line)"
+            events.append(XidEvent(pci=bus, xid=FALLEN_OFF_XID, text=said))
     return events
 
 

@@ -135,7 +135,10 @@ def test_xid_events(xid, status):
     results, _ = judge(S.make_snapshot(system=S.h100_system(xid_events=ev)))
     r = results["gpu.E011"]
     assert r.status == status and r.value == 1
-    assert r.details[0].startswith("GPU 1:")
+    assert r.details[0].startswith("GPU 1 (0000:2a:00):")
+    if status is not Status.PASS:
+        assert f"Xid {xid} (" in r.message and "on GPU 1 (0000:2a:00)" in r.message
+        assert r.brief == f"Xid {xid} on GPU 0000:2a:00"
 
 
 def test_unreadable_kernel_log_skips_xid():
@@ -449,7 +452,11 @@ def test_one_gpu_lost_mid_run():
     snap = S.make_snapshot(nvml=S.FakeNvml(fail={"nvmlDeviceGetHandleByIndex@5": S.GPU_IS_LOST}))
     results, _ = judge(snap)
     assert results["gpu.E002"].status == Status.FAIL and results["gpu.E002"].value == 7
-    assert results["gpu.E004"].status == Status.FAIL and "GPU 5" in results["gpu.E004"].message
+    assert "GPU 5" in results["gpu.E002"].message and "nvidia-smi -r -i 5" in results["gpu.E002"].hint
+    # Said once, by gpu.E002: the other checks judge the seven GPUs left and say GPU 5 was not judged.
+    assert results["gpu.E004"].status == Status.PASS
+    assert any("GPU 5: not judged, the GPU is lost" in d for d in results["gpu.E004"].details)
+    assert results["gpu.E009"].status == Status.PASS and not results["gpu.E009"].hint
 
 
 def test_nvml_shutdown_called(scenarios):

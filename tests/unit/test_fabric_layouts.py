@@ -343,8 +343,7 @@ def test_a_real_h100_sysfs_capture_front_end_nic_and_saturated_counter(tmp_path,
     results, _, _ = judge(root, tmp_path, clock, runs=1)
     assert not_ok(results) == {}
     assert (
-        results["fabric.E001"].status is Status.PASS
-        and "9 of 9 RDMA ports" in results["fabric.E001"].message
+        results["fabric.E001"].status is Status.PASS and "9 of 9 RDMA ports" in results["fabric.E001"].message
     )
     assert results["fabric.E002"].status is Status.PASS
     assert any("mlx5_1 port 1: link_downed saturated at 255" in d for d in results["fabric.E004"].details)

@@ -54,7 +54,10 @@ def test_the_line_is_azures_public_p2p_figure_per_sku():
     assert (
         line.source == "https://github.com/Azure/azurehpc-health-checks/blob/main/conf/nd96isr_h100_v5.conf"
     )
-    assert S.peer_copy_line("NVIDIA H200").gbs == 335.0 and S.peer_copy_line("NVIDIA H100 NVL").gbs == 335.0
+    assert S.peer_copy_line("NVIDIA H200").gbs == 335.0
+    # Azure's NC H100 v5 figure (335 on 2 x H100 NVL) is above the 300 GB/s one way an H100 NVL's bridges carry:
+    # no line, the pairs are compared with each other only.
+    assert S.peer_copy_line("NVIDIA H100 NVL") is None
     assert (
         S.peer_copy_line(L40S) is None and S.peer_copy_line("NVIDIA A100-SXM4-80GB") is None
     )  # never extrapolated
@@ -362,10 +365,16 @@ def nic_row(i: int, gbps, rate: float = 400.0, **kw) -> dict:
     }
 
 
-def test_gpudirect_write_fails_below_azures_380_on_ndr_and_only_warns_elsewhere():
+def test_gpudirect_write_fails_below_azures_360_on_ndr_and_only_warns_elsewhere():
     healthy = [nic_row(i, 391.6) for i in range(8)]
     r = judge_one(gdr_run(healthy), "workload.E018", gpus())
-    assert r.status == Status.PASS and r.value == 391.6 and "380" in r.expected
+    assert r.status == Status.PASS and r.value == 391.6 and "360" in r.expected
+    # 370 Gb/s clears Azure's ND H200 v5 line (360), the low end of the two published NDR lines: a healthy node
+    # outside one cloud's tuning passes where the H100 line (380) failed it.
+    assert (
+        judge_one(gdr_run([nic_row(i, 370.0) for i in range(8)]), "workload.E018", gpus()).status
+        == Status.PASS
+    )
     planted = [*healthy[:5], nic_row(5, 201.3), *healthy[6:]]
     r = judge_one(gdr_run(planted), "workload.E018", gpus())
     assert r.status == Status.FAIL and any(

@@ -178,8 +178,8 @@ def gdr_write(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcom
     if g.skipped:
         return _f(Status.SKIP, f"not run: {g.skipped}")
     t = getattr(config, "thresholds", None)
-    ndr = float(getattr(t, "gdr_write_ndr_gbps", 380.0))
-    frac = float(getattr(t, "gdr_write_line_fraction", 0.95))
+    ndr = float(getattr(t, "gdr_write_ndr_gbps", 360.0))
+    frac = float(getattr(t, "gdr_write_line_fraction", 0.9))
     statuses, details, rates = [], [], []
     for row in g.rows:
         where = f"{row.get('device')}:{row.get('port')} with GPU {row.get('gpu')} (NUMA node {row.get('numa_node')})"
