@@ -50,7 +50,9 @@ def _demo(tmp_path: Path, *args: str, answer: str | None = None):
     env = {**os.environ, "GPUNODE_VENV": str(tmp_path / "venv"), "GPUNODE_CACHE": str(tmp_path / "cache")}
     cmd = [str(ROOT / "scripts" / "demo"), *args]
     if answer is None:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60)
+        return subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60
+        )
     leader, follower = os.openpty()
     try:
         os.write(leader, answer.encode() + b"\n")
