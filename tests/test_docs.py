@@ -257,12 +257,18 @@ PATH = re.compile(
     r"(?<![\w./-])((?:hostcheck|tests|roles|scripts|docs|molecule|playbooks|benchmarks|inventory|plugins|meta)"
     r"/[\w./*-]*[\w*])"
 )
-LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
+
+
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation but '-' and '_' dropped, spaces to '-'."""
+    heads = re.findall(r"^#+ (.+)$", FENCE.sub("", doc.read_text()), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
 
 
 def test_every_repository_path_the_docs_name_exists():
     """Outside the shell examples (their paths are the user's own or tested above): every path into this
-    repository, and every relative link."""
+    repository, and every relative link with its heading."""
     docs = [*DOCS, *sorted(ROOT.glob("roles/*/README.md"))]
     bad = []
     for doc in docs:
@@ -274,11 +280,14 @@ def test_every_repository_path_the_docs_name_exists():
             if not (list(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()):
                 bad.append(f"{doc.relative_to(ROOT)}: {path}")
         for m in LINK.finditer(text):
-            target = m.group(1)
+            target, anchor = m.group(1), m.group(2)
             if re.match(r"[a-z]+:", target):
                 continue
-            if not (doc.parent / target).exists():
+            path = doc.parent / target if target else doc
+            if not path.exists():
                 bad.append(f"{doc.relative_to(ROOT)}: link {target}")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                bad.append(f"{doc.relative_to(ROOT)}: link {target}#{anchor}: no such heading")
     assert bad == [], "paths the docs name that do not exist:\n" + "\n".join(sorted(set(bad)))
 
 
