@@ -307,6 +307,26 @@ def from_args(args: Any) -> Config:
     return load(path, explicit=path is not None)
 
 
+def toml_parser() -> Any:
+    """The TOML parser: the standard library's tomllib (Python 3.11+), or on 3.9 and 3.10 tomli, the package
+    tomllib was taken from (pyproject.toml's dependency there); None when neither is importable."""
+    try:
+        import tomllib
+    except ImportError:
+        try:
+            import tomli as tomllib  # same API: tomllib is tomli 1.2 moved into the standard library (PEP 680)
+        except ImportError:
+            return None
+    return tomllib
+
+
+#: Why a TOML file cannot be read on this Python, and the way out.
+TOML_MISSING = (
+    f"reading it needs tomllib (Python 3.11+) or the package tomli on Python {sys.version_info[0]}."
+    f"{sys.version_info[1]}: pip install tomli, or run hostcheck with Python 3.11+ (gpunode_health's venv has one)"
+)
+
+
 def load(path: str | None, explicit: bool) -> Config:
     """The configuration at ``path`` (``--config``), or the default file when it exists.
 
@@ -319,17 +339,11 @@ def load(path: str | None, explicit: bool) -> Config:
         raw = infile.read_text(path)
     except infile.ReadError as exc:
         raise ConfigError(path, "", f"cannot read it ({exc.why.removeprefix('is ')})") from None
-    try:
-        import tomllib  # Python 3.11+; the rest of hostcheck runs on 3.9 (pyproject.toml's requires-python)
-    except ImportError:
+    tomllib = toml_parser()
+    if tomllib is None:
         # Judging with the defaults in place of the site's file could call a node ready that the file says is
         # not: a usage error that says what to do, never a silent fallback.
-        raise ConfigError(
-            path,
-            "",
-            f"reading it needs Python 3.11 or later (tomllib), this is {sys.version_info[0]}.{sys.version_info[1]}: run hostcheck "
-            "with a newer Python (gpunode_health's venv has one), or name another file with --config",
-        ) from None
+        raise ConfigError(path, "", TOML_MISSING + ", or name another file with --config")
     try:
         doc = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:

@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from workload_runs import WORKLOAD_IDS, judge_workload
+from workload_runs import H100, WORKLOAD_IDS, ddp_single, gpu_suite, judge_workload, rank_runs, suite
 
 from hostcheck.checks.workload import grading
 from hostcheck.checks.workload import sku as S
@@ -181,112 +181,6 @@ def test_the_h100_figures_say_where_they_come_from():
 
 
 # --------------------------------------------------------------------------------- findings from runs
-
-H100 = "NVIDIA H100 80GB HBM3"
-
-
-def suite(**sections) -> ProbeRun:
-    recs = []
-    for name, data in sections.items():
-        recs.append({"probe": name, "event": "start"})
-        recs.append({"probe": name, "ok": True, "data": data})
-    return ProbeRun(name="suite", records=tuple(recs))
-
-
-def gpu_suite(tflops=None, h2d=54.0, copy=2950.0, name=H100, n=1, amp=None, ddp=None, dl=None):
-    tflops = tflops or {"bf16": 766.0, "fp16": 745.0, "tf32": 400.0, "fp32": 49.0}
-    rows = [
-        {"index": i, "name": name, "dtypes": {k: {"tflops": v, "finite": True} for k, v in tflops.items()}}
-        for i in range(n)
-    ]
-    bw = [
-        {
-            "index": i,
-            "name": name,
-            "h2d_pinned": {"gbs": h2d},
-            "d2h_pinned": {"gbs": h2d},
-            "h2d_pageable": {"gbs": 17.0},
-            "d2h_pageable": {"gbs": 15.0},
-            "device_copy": {"gbs": copy},
-        }
-        for i in range(n)
-    ]
-    amp = amp or {
-        "device": "cuda:0",
-        "models": {
-            "cnn": {
-                "fp32": {
-                    "losses": [2.4, 2.2, 2.0],
-                    "per_s": 1000.0,
-                    "unit": "img/s",
-                    "skipped": 0,
-                    "steps": 3,
-                },
-                "fp16": {
-                    "losses": [2.4, 2.2, 2.0],
-                    "per_s": 3000.0,
-                    "unit": "img/s",
-                    "skipped": 1,
-                    "steps": 3,
-                },
-                "bf16": {
-                    "losses": [2.4, 2.2, 2.0],
-                    "per_s": 2800.0,
-                    "unit": "img/s",
-                    "skipped": 0,
-                    "steps": 3,
-                },
-            },
-            "transformer": {
-                "fp32": {"losses": [1.3, 1.2], "per_s": 160.0, "unit": "seq/s", "skipped": 0, "steps": 2},
-                "bf16": {"losses": [1.3, 1.2], "per_s": 1000.0, "unit": "seq/s", "skipped": 0, "steps": 2},
-            },
-        },
-    }
-    dl = dl or {
-        "cpus": 16,
-        "results": {"0": {"ips": 300.0}, "4": {"ips": 1000.0}, "8": {"ips": 1500.0}},
-        "best_workers": 8,
-        "best_ips": 1500.0,
-        "zero_ips": 300.0,
-        "pin_memory": True,
-        "prefetch_factor": 4,
-        "crop": 224,
-    }
-    ddp = ddp or {"deferred": True, "gpus": n}
-    env = {"cuda_available": True, "gpus": [{"index": i, "name": name} for i in range(n)]}
-    return suite(env=env, matmul={"gpus": rows}, bandwidth={"gpus": bw}, amp=amp, dataloader=dl, ddp=ddp)
-
-
-def ddp_single():
-    return {
-        "rank": 0,
-        "world": 1,
-        "backend": "nccl",
-        "allreduce_ok": True,
-        "allreduce_value": [1.0, 1.0],
-        "ddp_ok": True,
-        "bw_skipped": "world size 1: all_reduce moves no data",
-    }
-
-
-def rank_runs(world, busbw, ok=True):
-    runs = []
-    for r in range(world):
-        data = {
-            "rank": r,
-            "world": world,
-            "backend": "nccl",
-            "allreduce_ok": ok,
-            "allreduce_value": [world] * 2,
-            "ddp_ok": True,
-            "busbw_gbs": busbw,
-            "algbw_gbs": busbw * world / (2 * (world - 1)),
-            "bw_bytes": 256 * 2**20,
-        }
-        runs.append(ProbeRun(name=f"ddp[{r}]", records=({"probe": "ddp_worker", "ok": True, "data": data},)))
-    return tuple(runs)
-
 
 LINK_OK = {
     "pcie_gen_max": 5,

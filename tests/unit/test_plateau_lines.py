@@ -10,7 +10,7 @@ import types
 
 import hostcheck_scenarios as S
 import pytest
-from workload_runs import WORKLOAD_CHECKS
+from workload_runs import WORKLOAD_CHECKS, rank_runs
 
 from hostcheck import command
 from hostcheck.checks.workload import grading
@@ -26,24 +26,6 @@ GIB, MIB = 1 << 30, 1 << 20
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def ddp_ranks(world: int, busbw: float, nbytes: int) -> tuple[ProbeRun, ...]:
-    runs = []
-    for r in range(world):
-        data = {
-            "rank": r,
-            "world": world,
-            "backend": "nccl",
-            "allreduce_ok": True,
-            "allreduce_value": [world] * 2,
-            "ddp_ok": True,
-            "busbw_gbs": busbw,
-            "algbw_gbs": busbw * world / (2 * (world - 1)),
-            "bw_bytes": nbytes,
-        }
-        runs.append(ProbeRun(name=f"ddp[{r}]", records=({"probe": "ddp_worker", "ok": True, "data": data},)))
-    return tuple(runs)
-
-
 def e013(busbw: float, nbytes: int, gpus: list | None = None):
     gpus = gpus if gpus is not None else [S.h100_gpu(i) for i in range(8)]
     nvml = gather_nvml(nvml=S.FakeNvml(gpus), proc_name=str)
@@ -53,7 +35,10 @@ def e013(busbw: float, nbytes: int, gpus: list | None = None):
         records=({"probe": "env", "event": "start"}, {"probe": "env", "ok": True, "data": env}),
     )
     run = WorkloadRun(
-        suite=suite, ddp_mode="nccl", ddp=ddp_ranks(len(gpus), busbw, nbytes), sections=("env", "ddp")
+        suite=suite,
+        ddp_mode="nccl",
+        ddp=rank_runs(len(gpus), busbw, bw_bytes=nbytes),
+        sections=("env", "ddp"),
     )
     results = run_checks(
         [c for c in WORKLOAD_CHECKS if c.id == "workload.E013"], Snapshot(workload=run, nvml=nvml)

@@ -254,7 +254,7 @@ def test_the_json_document_is_the_report_as_before():
 
 def test_the_readme_shows_the_reports_the_renderer_prints():
     """README's two reports are the renderer's output for the healthy and the faulty node; when the renderer
-    changes, `python tests/unit/fixtures/hostcheck_scenarios.py --readme` writes them again."""
+    changes, `scripts/samples` writes them again."""
     readme = (ROOT / "README.md").read_text()
     for name, text in S.readme_reports().items():
         block = S.readme_block(name, text)

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from workload_runs import judge_one
+from workload_runs import judge_one, pairs_record
 
 from hostcheck.checks.workload import sku as S
 from hostcheck.child.launch import ProbeRun
@@ -26,18 +26,6 @@ def run_of(p2p: dict, name: str = H100, n: int = 8) -> WorkloadRun:
     for section, data in (("env", env), ("p2p", p2p)):
         recs += [{"probe": section, "event": "start"}, {"probe": section, "ok": True, "data": data}]
     return WorkloadRun(suite=ProbeRun(name="suite", records=tuple(recs)), sections=("env", "p2p"))
-
-
-def pairs_record(n: int = 8, gbs: float = 372.0, name: str = H100, **planted) -> dict:
-    """What probe_p2p writes for ``n`` GPUs, every pair at ``gbs``; ``planted``: "src-dst" -> fields to set."""
-    pairs = []
-    for s in range(n):
-        for d in range(n):
-            if s != d:
-                row = {"src": s, "dst": d, "p2p": True, "gbs": gbs, "gbs_max": gbs * 1.01, "bytes": 1 << 28}
-                row.update({"batches": 3, "ok": True}, **planted.get(f"{s}-{d}", {}))
-                pairs.append(row)
-    return {"gpus": list(range(n)), "names": [name] * n, "pairs": pairs}
 
 
 def gpus(n: int = 8, name: str = H100, **kw) -> list[dict]:
