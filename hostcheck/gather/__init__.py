@@ -190,6 +190,8 @@ def run_once(runner: Runner | None = None) -> Runner:
             answers[key] = runner(argv, *args, **kwargs)
         return answers[key]
 
+    # Keywords reach run_cmd: a caller may ask it for the tail of a long answer (the kernel log).
+    run.keeps_tail = runner is run_cmd or getattr(runner, "keeps_tail", False)  # type: ignore[attr-defined]
     return run
 
 
