@@ -51,7 +51,7 @@ from hostcheck import __version__
 from hostcheck.baseline import cli as baseline_cli
 from hostcheck.bench import cli as bench_cli
 from hostcheck.check import cli as check_cli
-from hostcheck.child.launch import kill_all, release_private_root, reopen
+from hostcheck.child.launch import kill_all, release_private_root, reopen, signal_held
 from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
 from hostcheck.fleet import cli as fleet_cli
 from hostcheck.job import cli as job_cli
@@ -274,7 +274,8 @@ class _Signals:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = self.received or signum
-        if self.armed:
+        # Held while the main thread starts a child: raised again once the child is registered (kill_all's).
+        if self.armed and not signal_held(signum):
             raise Signalled(signum)
 
     def install(self) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import shutil
@@ -436,6 +437,42 @@ def test_a_signal_ends_the_run_and_every_child_with_it(tmp_path, sig, code, run)
     assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err and out == ""
     for pid in pids:  # SIGKILLed before hostcheck exited; a loaded machine may take a moment to end them
         assert _gone_within(pid, 10), f"pid {pid} outlived the run"
+
+
+@pytest.mark.parametrize("run", sorted(HUNG_RUNS))
+def test_a_signal_between_a_childs_fork_and_its_registration_still_ends_the_child(tmp_path, monkeypatch, run):
+    """SIGTERM while the main thread is between the fork of a child and its registration (bench starts its probe
+    from the main thread; on a loaded machine the parent may wait there while the child already runs): raised
+    there, Signalled lost the child (Popen never returned it, kill_all did not know it) and it outlived the run.
+    The signal is held until the child is registered, then raised. The signal is planted in that window: it
+    comes from the read of the child's start time, the last step before the registration."""
+    from hostcheck.child import launch
+
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nsetsid sleep 300 & echo $! > {tmp_path}/grandchild.pid\nexec sleep 300\n")
+    fake.chmod(0o755)
+    real, children = launch.start_ticks, []
+
+    def signalled_start_ticks(pid: int, *args):
+        if not children:
+            children.append(pid)
+            signal.raise_signal(signal.SIGTERM)
+        return real(pid, *args)
+
+    monkeypatch.setattr(launch, "start_ticks", signalled_start_ticks)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert command.main(HUNG_RUNS[run](str(tmp_path), str(fake))) == 143
+        grandchild = tmp_path / "grandchild.pid"
+        pids = children + ([int(grandchild.read_text())] if grandchild.exists() else [])
+        for pid in pids:
+            assert _gone_within(pid, 10), f"pid {pid} outlived the run"
+    finally:
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        launch.reopen()
+    assert children and signal.getsignal(signal.SIGTERM) is handler
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
