@@ -11,7 +11,6 @@ that run GPU jobs (full, burnin), and only where perftest and numactl are instal
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 from hostcheck.child.launch import Launch
 from hostcheck.gather.base import Unavailable, run_cmd
+from hostcheck.registry import Thread
 
 MESSAGE_BYTES = 8 << 20
 #: Seconds each NIC measures (perftest's -D).
@@ -116,9 +116,7 @@ def gather_gdr_write(ports: Any, gpus: int, seconds: float = SECONDS, which=shut
     if gpus < 1:
         return GdrRun(skipped="no CUDA GPU for --use_cuda")
     out: dict[int, dict] = {}
-    threads = [
-        threading.Thread(target=_one, args=(p, i, seconds, out), daemon=True) for i, p in enumerate(ib[:gpus])
-    ]
+    threads = [Thread(target=_one, args=(p, i, seconds, out), daemon=True) for i, p in enumerate(ib[:gpus])]
     for t in threads:
         t.start()
     for t in threads:

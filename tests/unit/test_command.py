@@ -638,6 +638,66 @@ def test_debug_shows_the_traceback_of_an_internal_error_and_only_then(monkeypatc
         assert err.rstrip().endswith("internal error: RuntimeError: kaput (re-run with --debug)")
 
 
+def test_no_memory_is_an_environment_error_with_the_address_space_limit_not_an_internal_error(
+    monkeypatch, capsys
+):
+    """A run that cannot allocate (a small ulimit -v) ends with exit 2 and says so, with the limit: no hostcheck bug
+    to report."""
+
+    def no_memory(options, needs):
+        raise MemoryError
+
+    monkeypatch.setattr("hostcheck.gather.gather", no_memory)
+    assert command.main(["--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hostcheck: error: out of memory") and "internal error" not in err, err
+    limited = (45 << 20, command.resource.RLIM_INFINITY)
+    monkeypatch.setattr(command.resource, "getrlimit", lambda which: limited)
+    assert command.main(["check", "--quick"]) == 2
+    assert capsys.readouterr().err == (
+        "hostcheck check: error: out of memory (the address-space limit, ulimit -v, is 45 MiB)\n"
+    )
+
+
+def test_no_memory_to_import_hostcheck_is_exit_2_with_the_reason(tmp_path):
+    """Just above the interpreter's own needs (ulimit -v at hostcheck's import footprint) the import itself fails:
+    one line and exit 2, not Python's traceback and exit 1. The import's failure is planted by a finder."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class NoMemory:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'hostcheck.job.analyse':\n"
+        "            raise MemoryError\n"
+        "sys.meta_path.insert(0, NoMemory())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    p = subprocess.run(
+        [sys.executable, "-m", "hostcheck", "--version"], capture_output=True, text=True, env=env
+    )
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stderr)
+    assert p.stderr == "hostcheck: error: out of memory while starting (an address-space limit, ulimit -v?)\n"
+
+
+def test_an_error_python_cannot_raise_is_one_line_without_a_traceback(monkeypatch, capsys):
+    """A thread that died before it ran (no memory for its first frame) is reported by the interpreter through
+    sys.unraisablehook, with threading's own traceback: during a run, one line instead."""
+
+    class Dying:
+        def __del__(self):
+            raise ValueError("in a finalizer")
+
+    def gather_then_drop(options, needs):
+        Dying()
+        raise RuntimeError("stop here")
+
+    hook = sys.unraisablehook
+    monkeypatch.setattr("hostcheck.gather.gather", gather_then_drop)
+    assert command.main(["--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "hostcheck: error: ValueError (Exception ignored)\n" in err and "Traceback" not in err, err
+    assert sys.unraisablehook is hook
+
+
 def test_python_m_hostcheck_json_is_the_check_command():
     argv = [sys.executable, "-m", "hostcheck"]
     default = subprocess.run([*argv, "--json", "--only", "system.E001"], capture_output=True, text=True)
