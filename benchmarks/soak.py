@@ -115,6 +115,9 @@ def main() -> int:
     counts: dict[str, collections.Counter] = {}
     failures: list[str] = []
     t0 = time.time()
+    # Stopped early (SIGTERM, or SIGINT, which a shell's background job ignores by default): end the hogs first.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
     hogs = start_hogs(args.hogs)
     try:
         with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
