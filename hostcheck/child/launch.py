@@ -542,8 +542,7 @@ def run_children(
     envs = list(envs) if envs is not None else [None] * len(argvs)
     if _CLOSED.is_set():
         return [ProbeRun(name=name, error=NOT_STARTED) for _ in argvs]
-    launch = Launch()
-    start = time.monotonic()
+    launch, start = Launch(), time.monotonic()
     deadline = start + timeout
     procs: list[subprocess.Popen | None] = []
     files = []
