@@ -263,8 +263,9 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             "workload", run, gather_limit(options), lambda u: u, timings, options.deadline, options.progress
         )
 
-    # Never a GPU job beside someone else's: a busy node would only look slow.
-    busy = busy_reason(results.get("nvml")) if "workload" in needs else None
+    # Never a GPU job beside someone else's: a busy node would only look slow. Its tasks are under the host root.
+    host_proc = os.path.join(options.host_root, "proc")
+    busy = busy_reason(results.get("nvml"), host_proc) if "workload" in needs else None
     if busy:
         results["workload"] = Unavailable(BUSY, busy)
     elif "workload" in needs:
@@ -297,7 +298,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         if not dirs:
             dirs, source = tuple(facts.get("gpunode_tuning", "data_dirs") or ()), "gpunode_tuning.data_dirs"
         # Measured beside whatever runs (the reads leave the page cache alone); a busy node is said, not skipped.
-        busy = busy_reason(results["nvml"]) if "nvml" in results else None
+        busy = busy_reason(results["nvml"], host_proc) if "nvml" in results else None
         dp_opts = DataPathOptions(dirs=dirs, source=source if dirs else "", busy=busy)
         results["datapath"] = _timed(
             "datapath",
@@ -390,7 +391,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     if "dcgm" in needs:
         # After the workload: DCGM's diagnostic loads the GPUs, never beside hostcheck's own GPU job. Its time is
         # what is left of the run's deadline (levels 2 and 3 take minutes), less a reserve for judging.
-        busy_now = busy_reason(results.get("nvml")) if options.dcgm_level >= 2 else None
+        busy_now = busy_reason(results.get("nvml"), host_proc) if options.dcgm_level >= 2 else None
         limit = options.gather_timeout_s + dcgm_gather.HEALTH_TIMEOUT_S + 5
         if options.deadline is not None:
             limit = max(limit, options.deadline - time.monotonic())

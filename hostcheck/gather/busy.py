@@ -11,6 +11,9 @@ import os
 import re
 from typing import Any
 
+from hostcheck import infile
+from hostcheck.gather.base import Unavailable, list_dir, parse_int
+
 _STEPD = re.compile(rb"^slurmstepd: \[(\d+)(?:[._]\S*)?\]")
 
 
@@ -26,19 +29,20 @@ def gpu_holders(nvml: Any) -> list[str]:
 
 
 def slurm_jobs(proc_root: str = "/proc", own_job: str | None = None) -> list[str]:
-    """Job ids with a slurmstepd on this node, but ``own_job`` (the job whose prolog runs us)."""
+    """Job ids with a slurmstepd on this node, but ``own_job`` (the job whose prolog runs us). ``proc_root`` is
+    the host root's proc (a checker in a container sees the host's tasks there): read through the one bounded
+    reader, a task folder that is a link is not followed."""
     jobs: set[str] = set()
-    try:
-        entries = os.listdir(proc_root)
-    except OSError:
+    entries = list_dir(proc_root)
+    if isinstance(entries, Unavailable):
         return []
     for pid in entries:
-        if not pid.isdigit():
+        task = os.path.join(proc_root, pid)
+        if parse_int(pid) is None or os.path.islink(task):
             continue
         try:
-            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as f:
-                cmd = f.read(256)
-        except OSError:
+            cmd = infile.read_bytes(os.path.join(task, "cmdline"), 256, follow=False, truncate=True)
+        except infile.ReadError:
             continue
         m = _STEPD.match(cmd)
         if m and m.group(1).decode() != own_job:
@@ -47,7 +51,7 @@ def slurm_jobs(proc_root: str = "/proc", own_job: str | None = None) -> list[str
 
 
 def busy_reason(nvml: Any, proc_root: str = "/proc", environ: dict | None = None) -> str | None:
-    """Why the workload must not run now, or None."""
+    """Why the workload must not run now, or None (``proc_root``: the host root's proc)."""
     env = os.environ if environ is None else environ
     holders = gpu_holders(nvml)
     if holders:

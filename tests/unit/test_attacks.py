@@ -2103,6 +2103,8 @@ def _check_dcgmi(diag: str, *words: str, deadline: str | None = None, health: st
         answer = health if health is not None else f"echo '{HEALTHY}'"
         c.script("bin/dcgmi", f'case "$1" in health) {answer};; diag) {diag};; esac\n')
         extra = ["--profile", "full", *(["--deadline", deadline] if deadline else [])]
+        # A small host root: its proc holds no Slurm job step, whatever runs on this machine (an idle node).
+        extra += ["--host-root", _host(c)]
         env: dict[str, str | None] = {"PATH": f"{d}{os.pathsep}{os.environ.get('PATH', '')}"}
         return Run(c.base(*extra, only=DCGM_IDS, json_out=True), JUDGED, env=env, check=_dcgm_error(*words))
 

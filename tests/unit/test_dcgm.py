@@ -299,6 +299,8 @@ def test_each_profile_has_its_level_with_dcgms_documented_run_time():
 def test_the_command_runs_the_profiles_level(tmp_path, monkeypatch, capsys, profile, level):
     fake_dcgmi(tmp_path, f"cat {FIX / 'diag_v4_r3_memory_fail.json'}; exit 1")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    # An idle node: this machine's own Slurm job steps (a Slurm test's containers) are not the node's here.
+    monkeypatch.setattr("hostcheck.gather.busy.slurm_jobs", lambda *a, **k: [])
     prom = tmp_path / "hostcheck.prom"
     only = ",".join(sorted(IDS))
     rc = command.main(["check", "--profile", profile, "--only", only, "--json", "--prometheus", str(prom)])

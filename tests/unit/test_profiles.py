@@ -4,6 +4,7 @@ not finish cut off as an error; a busy node gets no GPU job (its workload checks
 from __future__ import annotations
 
 import json
+import os
 import stat
 import time
 from dataclasses import replace
@@ -163,6 +164,32 @@ def test_slurm_job_steps_on_the_node_are_found_but_our_own_job(tmp_path):
     assert busy_reason(None, fake_proc(tmp_path / "idle", {13: b"/usr/sbin/slurmd\x00"}), {}) is None
 
 
+def test_the_job_steps_are_read_from_the_host_roots_proc_without_blocking_or_following_a_link(
+    tmp_path, monkeypatch
+):
+    """Under --host-root the node's tasks are the tree's (a checker in a container sees the host's there), not
+    this machine's: a job step in the tree is found, and a FIFO for a cmdline or a task folder that links out of
+    the tree is passed over (read through the one bounded reader), never waited on."""
+    proc = tmp_path / "host/proc"
+    proc.mkdir(parents=True)
+    fake_proc(proc, {10: b"slurmstepd: [4711.0]\x00"})
+    (proc / "11").mkdir()
+    os.mkfifo(proc / "11/cmdline")
+    (tmp_path / "outside").mkdir()
+    fake_proc(tmp_path / "outside", {12: b"slurmstepd: [999.0]\x00"})
+    os.symlink(tmp_path / "outside/12", proc / "12")
+    assert slurm_jobs(str(proc)) == ["4711"]
+
+    asked = []
+    monkeypatch.setattr(
+        G, "busy_reason", lambda nvml, root, env=None: asked.append(root) or busy_reason(nvml, root)
+    )
+    snap = G.gather(
+        G.Options(host_root=str(tmp_path / "host"), state_file=str(tmp_path / "s.json")), {"workload"}
+    )
+    assert set(asked) == {str(proc)} and "Slurm job 4711" in str(snap.workload)
+
+
 def test_a_process_on_a_gpu_makes_the_node_busy(tmp_path):
     snap = S.make_snapshot(nvml=S.FakeNvml(gpus=S.gpus_with(2, procs=[4242])))
     (tmp_path / "p").mkdir()
@@ -179,7 +206,7 @@ def test_busy_workload_checks_skip_with_the_reason_instead_of_judging_a_slow_gpu
 
 
 def test_the_gatherer_starts_no_workload_on_a_busy_node(monkeypatch):
-    monkeypatch.setattr(G, "busy_reason", lambda nvml: "a GPU is in use: GPU 0: python[7]")
+    monkeypatch.setattr(G, "busy_reason", lambda nvml, root: "a GPU is in use: GPU 0: python[7]")
     monkeypatch.setattr(G, "gather_for", lambda *a, **k: pytest.fail("the workload started on a busy node"))
     snap = G.gather(G.Options(), {"workload"})
     assert isinstance(snap.workload, Unavailable) and snap.workload.kind == BUSY
