@@ -303,6 +303,7 @@ class _Reaper:
         self._proc: subprocess.Popen | None = None
         self._owner = 0  # the pid that started it: a forked copy of hostcheck starts its own
         self._starts = 0
+        self._since: int | None = None  # this process's start (clock ticks since boot)
 
     def _start(self) -> subprocess.Popen | None:
         if not sys.executable or not os.path.isfile(reaper.__file__):
@@ -325,10 +326,18 @@ class _Reaper:
         """Start the reaper now, before the child it must outlive hostcheck for."""
         with self._lock:
             if self._owner != os.getpid():
-                self._proc, self._owner, self._starts = None, os.getpid(), 0
+                self._proc, self._owner, self._starts, self._since = None, os.getpid(), 0, None
             if (self._proc is None or self._proc.poll() is not None) and self._starts < 3:
                 self._starts += 1
                 self._proc = self._start()
+
+    def announce(self, token: str) -> None:
+        """Tell the reaper that ``token``'s children are about to start: what carries the token and started
+        since this process did is theirs (its own start: a time no child of it can precede)."""
+        if self._since is None:
+            self._since = start_ticks(os.getpid())
+        if self._since is not None:
+            self.say(f"t {token} {self._since}")
 
     def say(self, line: str) -> None:
         with self._lock:
@@ -445,6 +454,9 @@ class Launch:
     def _start(self, argv: Sequence[str], env: dict | None, cwd: str | None, popen: dict[str, Any]):
         popen.setdefault("stdin", subprocess.DEVNULL)
         _REAPER.ensure()
+        _REAPER.announce(
+            self.token
+        )  # before the fork: a SIGKILL before the "+" line below still finds the child
         p = subprocess.Popen(
             list(argv),
             env={**(env if env is not None else child_env()), TOKEN_VAR: self.token},

@@ -11,7 +11,9 @@ however it went: the reaper SIGKILLs the process group of every child still regi
 carries a registered token (what left the groups), then exits. A clean run ends each launch first (``-``), so
 at its exit there is nothing left to kill.
 
-Lines on standard input: ``+ TOKEN PID TICKS`` (a child started: PID leads its own process group, TICKS is its
+Lines on standard input: ``t TOKEN TICKS`` (a launch about to fork its first child: what carries TOKEN and
+started at or after TICKS is the launch's, so a SIGKILL between the fork and the ``+`` line loses nothing),
+``+ TOKEN PID TICKS`` (a child started: PID leads its own process group, TICKS is its
 start time in clock ticks since boot), ``- TOKEN`` (that launch ended: its children are reaped and swept), and
 ``d HEX`` / ``u HEX`` (a private temporary folder, its path hex-encoded, to remove if hostcheck dies before it
 does so itself / removed: forget it). ``hostcheck job``'s records folder is one.
@@ -131,6 +133,9 @@ def main(stream=None) -> int:
             except ValueError:
                 continue
             (folders.add if words[0] == "d" else folders.discard)(folder)
+        elif len(words) == 3 and words[0] == "t" and words[2].isascii() and words[2].isdigit():
+            launch = live.setdefault(words[1], {"since": int(words[2]), "children": []})
+            launch["since"] = min(launch["since"], int(words[2]))
         elif len(words) == 4 and words[0] == "+" and words[2].isdigit() and words[3].isdigit():
             pid, ticks = int(words[2]), int(words[3])
             launch = live.setdefault(words[1], {"since": ticks, "children": []})

@@ -294,6 +294,34 @@ def test_the_reaper_kills_registered_groups_and_token_carriers_at_end_of_input()
             p.wait()
 
 
+def test_the_reaper_kills_what_carries_an_announced_token_from_its_start_on():
+    """``t TOKEN TICKS`` (sent before a launch forks): a carrier of the token started at or after TICKS is killed
+    though no ``+`` line named it; one started before TICKS is left alone (not this run's)."""
+    token = "t" + os.urandom(8).hex()
+    early = _sleeper({**os.environ, runner.TOKEN_VAR: token})
+    time.sleep(0.05)
+    since = runner.start_ticks(early.pid) + 1
+    while runner.start_ticks(os.getpid()) is not None and _ticks_now() < since:
+        time.sleep(0.01)
+    late = _sleeper({**os.environ, runner.TOKEN_VAR: token})
+    try:
+        from hostcheck.child import reaper
+
+        assert reaper.main(iter([f"t {token} {since}\n".encode()])) == 0
+        late.wait(5)
+        assert late.returncode == -signal.SIGKILL and _alive(early.pid)
+    finally:
+        for p in (early, late):
+            p.kill()
+            p.wait()
+
+
+def _ticks_now() -> int:
+    """Clock ticks since boot now, as /proc/PID/stat counts a start."""
+    with open("/proc/uptime") as f:
+        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
 def test_the_reaper_leaves_a_reused_pid_alone():
     other = _sleeper()
     try:
@@ -308,18 +336,25 @@ def test_the_reaper_leaves_a_reused_pid_alone():
         other.wait()
 
 
-def test_children_end_when_their_hostcheck_is_sigkilled(tmp_path):
+@pytest.mark.parametrize("killed", ["running", "before-the-child-is-registered"])
+def test_children_end_when_their_hostcheck_is_sigkilled(tmp_path, killed):
     """A process that launches a child (and the child a grandchild in a session of its own), then dies by
-    SIGKILL without cleaning up: its reaper kills both."""
+    SIGKILL without cleaning up: its reaper kills both. Also when the SIGKILL lands between the fork and the
+    line that registers the child with the reaper (on a loaded machine the child can run for a while first):
+    that line is dropped here, and the launch's token, told before the fork, still finds both."""
     mark = os.urandom(8).hex()
     hung = tmp_path / "hung"
     hung.write_text("#!/bin/sh\nsetsid sleep 300 &\nexec sleep 300\n")
     hung.chmod(0o755)
+    drop = killed != "running"
     code = f"""
 import sys, time
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-from hostcheck.child.launch import run_child
-run_child([{str(hung)!r}], timeout=300)
+from hostcheck.child import launch
+if {drop!r}:
+    say = launch._REAPER.say
+    launch._REAPER.say = lambda line: None if line.startswith("+ ") else say(line)
+launch.run_child([{str(hung)!r}], timeout=300)
 """
     owner = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "REAPER_TEST": mark})
 
