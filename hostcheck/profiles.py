@@ -18,6 +18,21 @@ from dataclasses import dataclass
 #: the host engine's health watches.
 PASSIVE_NEEDS = frozenset({"facts", "system", "nvml", "tuning", "hardware", "rdma", "inventory", "dcgm"})
 
+#: The GPU workload's sections (hostcheck.gather.workload runs them; --workload-sections picks among them).
+DEFAULT_SECTIONS = (
+    "env",
+    "matmul",
+    "bandwidth",
+    "p2p",
+    "amp",
+    "dataloader",
+    "ddp",
+    "nic_loopback",
+    "gdr_write",
+)
+#: Sections hostcheck.gather.workload launches itself rather than run in the suite's process.
+LAUNCHED = ("nic_loopback", "gdr_write")
+
 #: DCGM's diagnostic levels (``dcgmi diag -r N``) and their run time as DCGM documents it (dcgmi diag's reference,
 #: https://docs.nvidia.com/datacenter/dcgm/latest/reference/command-line-reference/dcgmi/dcgmi-diag.html: "1 Quick
 #: deployment checks, normally lasting seconds; 2 Medium validation, normally lasting approximately two minutes;

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.checks.workload.peers import peer_ratios
-from hostcheck.gather.base import Unavailable
+from hostcheck.gather.base import Unavailable, finite_number
 from hostcheck.gather.gpuinfo import BusId, normalise_bus_id
 from hostcheck.gather.rdma import ERROR_COUNTERS, RdmaSnapshot
 from hostcheck.gather.rdma_topology import nic_gpus
-from hostcheck.gather.suite import finite_number
-from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Result
 from hostcheck.score import Verdict
+
+if TYPE_CHECKING:
+    from hostcheck.gather.workload import WorkloadRun
 
 
 def _v(x: Any) -> Any:
@@ -298,7 +299,11 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
     xids = sysm.xid_events if sysm is not None and isinstance(sysm.xid_events, tuple) else None
     nvml_by_bus = {g.pci_bus_id.lower(): g.index for g in n.gpus if isinstance(g.pci_bus_id, str)}
     run = snap.workload
-    measured = _workload_figures(run, nvml_by_bus) if isinstance(run, WorkloadRun) else {}
+    measured = {}
+    if run is not None:  # only a run that had the GPU workload loads its module (not the passive profile)
+        from hostcheck.gather.workload import WorkloadRun
+
+        measured = _workload_figures(run, nvml_by_bus) if isinstance(run, WorkloadRun) else {}
     peers = _peer_quantities(measured)
     out = []
     for g in sorted(n.gpus, key=lambda g: g.index):

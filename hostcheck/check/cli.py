@@ -23,13 +23,12 @@ from hostcheck.check.render.prometheus import read_last_success, render_promethe
 from hostcheck.check.render.summary import render_summary
 from hostcheck.check.render.text import render_list, render_text, terminal_width
 from hostcheck.check.request import Output, Request, build_request
-from hostcheck.checks import all_checks
+from hostcheck.checks import load
 from hostcheck.child.launch import kill_all, python_arg, reopen
 from hostcheck.core import build_report, evaluate
 from hostcheck.exitcodes import EXIT_OK, EXIT_USAGE
-from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import write_report
-from hostcheck.profiles import PROFILES
+from hostcheck.profiles import DEFAULT_SECTIONS, PROFILES
 from hostcheck.progress import progress
 from hostcheck.registry import Timer
 from hostcheck.report import Report, now_iso
@@ -236,7 +235,7 @@ def _workload_options(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """``hostcheck check``: select, gather, judge, report. Usage errors raise argparse.ArgumentError."""
     started = time.monotonic()
-    request = build_request(args, all_checks(), started)
+    request = build_request(args, load, started)
     if request.listing:
         return _list(request)
     return check(request, started)

@@ -6,6 +6,7 @@ checked again: the gatherers get its :class:`hostcheck.gather.Options` as they a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -14,12 +15,18 @@ import tempfile
 import time
 from argparse import ArgumentError
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from hostcheck import config, gather
-from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import paths_error
-from hostcheck.profiles import DEFAULT_PROFILE, PROFILES, Profile, merge_section_args, workload_args
+from hostcheck.profiles import (
+    DEFAULT_PROFILE,
+    DEFAULT_SECTIONS,
+    PROFILES,
+    Profile,
+    merge_section_args,
+    workload_args,
+)
 from hostcheck.registry import Check, select
 
 
@@ -59,10 +66,15 @@ def split(values: list[str] | None) -> list[str]:
     return [x.strip() for v in values or [] for x in v.split(",") if x.strip()]
 
 
-def build_request(args: argparse.Namespace, catalogue: list[Check], started: float | None = None) -> Request:
+#: The checks that a set of gatherers can judge, at least (every check for None): hostcheck.checks.load.
+Catalogue = Callable[[frozenset[str] | None], list[Check]]
+
+
+def build_request(args: argparse.Namespace, catalogue: Catalogue, started: float | None = None) -> Request:
     """The command line's options over the configuration file's over the built-in defaults, checked once.
 
-    ``catalogue`` is every check there is; ``started`` (time.monotonic()) is when the run's deadline starts."""
+    ``catalogue`` gives the checks (hostcheck.checks.load); ``started`` (time.monotonic()) is when the run's
+    deadline starts."""
     started = time.monotonic() if started is None else started
     try:
         cfg = config.from_args(args)
@@ -134,9 +146,24 @@ def build_request(args: argparse.Namespace, catalogue: list[Check], started: flo
 
 
 def _select(
+    catalogue: Catalogue, profile: Profile, only: list[str], skip: list[str], quick: bool
+) -> list[Check]:
+    """--only, --skip and --quick, then the profile. Only the check modules the profile can run are loaded (the
+    passive profile starts every few minutes on every node); a selection that names a check outside them or keeps
+    none of them is answered from every check, so that its answer (or its error) is the one every check gives:
+    the checks a profile runs are all among the first."""
+    with contextlib.suppress(ArgumentError):
+        chosen = _select_from(catalogue(profile.needs), profile, only, skip, quick)
+        if chosen:
+            return chosen
+    return _select_from(catalogue(None), profile, only, skip, quick)
+
+
+def _select_from(
     catalogue: list[Check], profile: Profile, only: list[str], skip: list[str], quick: bool
 ) -> list[Check]:
-    """--only, --skip and --quick, then the profile: a check named with --only that the profile leaves out is refused."""
+    """--only, --skip and --quick over ``catalogue``, then the profile: a check named with --only that the profile
+    leaves out is refused."""
     try:
         checks = select(catalogue, only, skip, quick)
     except ValueError as exc:

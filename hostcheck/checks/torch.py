@@ -7,19 +7,9 @@ import re
 from typing import Any
 
 from hostcheck import fixes, platform
+from hostcheck.checks.tuning import probe_unavailable
 from hostcheck.gather.base import CRASHED
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
-
-
-def probe_unavailable(s: Any) -> Outcome | None:
-    """Why a check cannot judge the training Python (shared with the tuning checks): an error when the torch
-    gatherer never ran, a skip pointing at torch.E001 when its probe failed."""
-    t = s.torch
-    if t is None:
-        return errored("the training Python was not probed (the torch gatherer did not run)")
-    if t.error is not None:
-        return skipped(f"training Python not probed: {t.error.reason} (see torch.E001)")
-    return None
 
 
 def _probe_problem(s: Any) -> Outcome | None:

@@ -7,9 +7,8 @@ from typing import Any
 
 from hostcheck import fixes
 from hostcheck.checks.gpu import _config
-from hostcheck.checks.torch import probe_unavailable
 from hostcheck.gather.base import Unavailable
-from hostcheck.registry import Outcome, check, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
 GiB = 1 << 30
 TF = "gpunode_tuning"
@@ -25,6 +24,18 @@ def _human(n: float) -> str:
 
 def _size_arg(n: int) -> str:
     return f"{max(1, round(n / GiB))}G"
+
+
+def probe_unavailable(s: Any) -> Outcome | None:
+    """Why a check cannot judge the training Python (shared with the torch checks, here because the passive
+    profile does not load theirs): an error when the torch gatherer never ran, a skip pointing at torch.E001 when
+    its probe failed."""
+    t = s.torch
+    if t is None:
+        return errored("the training Python was not probed (the torch gatherer did not run)")
+    if t.error is not None:
+        return skipped(f"training Python not probed: {t.error.reason} (see torch.E001)")
+    return None
 
 
 _probe = probe_unavailable

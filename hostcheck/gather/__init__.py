@@ -1,4 +1,8 @@
-"""Gathering: everything hostcheck reads from the node, as frozen snapshots (errors kept as values)."""
+"""Gathering: everything hostcheck reads from the node, as frozen snapshots (errors kept as values).
+
+The gatherers the read-only profiles never start (the torch probe, the GPU workload, the dataset reads) are
+imported when a run starts them: the passive profile runs every few minutes on every node.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from hostcheck.config import Config
 from hostcheck.gather import dcgm as dcgm_gather
@@ -23,7 +27,6 @@ from hostcheck.gather.base import (
     under,
 )
 from hostcheck.gather.busy import busy_reason
-from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.dcgm import DcgmSnapshot, gather_dcgm
 from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HardwareSnapshot, gather_hardware
@@ -34,7 +37,6 @@ from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml, nvlink_counters
 from hostcheck.gather.rdma import RdmaSnapshot, gather_rdma
 from hostcheck.gather.rdma import counters_of as rdma_counters
 from hostcheck.gather.system import SystemSnapshot, gather_system
-from hostcheck.gather.torchinfo import TorchSnapshot, choose_python, gather_torch
 from hostcheck.gather.tuning import (
     DEFAULT_ENV_FILE,
     DEFAULT_SERVICES_OFF,
@@ -42,8 +44,13 @@ from hostcheck.gather.tuning import (
     gather_tuning,
     parse_env_file,
 )
-from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
+from hostcheck.profiles import DEFAULT_SECTIONS
 from hostcheck.registry import Thread, call_with_timeout
+
+if TYPE_CHECKING:
+    from hostcheck.gather.datapath import DataPathSnapshot
+    from hostcheck.gather.torchinfo import TorchSnapshot
+    from hostcheck.gather.workload import WorkloadRun
 
 GATHERERS = (
     "facts",
@@ -220,16 +227,18 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         chosen: dict[str, str] = {}
 
         def probe() -> TorchSnapshot:
-            chosen["python"], chosen["source"] = choose_python(options.python, facts)
+            chosen["python"], chosen["source"] = torchinfo.choose_python(options.python, facts)
             tuning_env = gather_tuning_env(env_file)
-            return gather_torch(chosen["python"], chosen["source"], tuning_env, options.torch_timeout_s)
+            return torchinfo.gather_torch(
+                chosen["python"], chosen["source"], tuning_env, options.torch_timeout_s
+            )
 
         # Whatever goes wrong, even before the probe starts, is the torch result's error: its checks say ERROR.
         results["torch"] = _timed(
             "torch",
             probe,
             options.torch_timeout_s + 5,
-            lambda u: TorchSnapshot(
+            lambda u: torchinfo.TorchSnapshot(
                 python=chosen.get("python", ""), python_source=chosen.get("source", ""), error=u
             ),
             timings,
@@ -250,17 +259,27 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         )
     threads = []
     if "torch" in needs:
+        from hostcheck.gather import torchinfo
+
         _beside(do_torch, threads)
 
     # The workload starts now, beside the torch probe, so torch's import is not paid twice in a row; it runs
     # in the same training Python with the same environment file.
     def do_workload() -> None:
+        from hostcheck.gather import torchinfo, workload
+
         def run() -> WorkloadRun:
-            python, _ = choose_python(options.python, facts)
-            return gather_for(options, python, gather_tuning_env(env_file))
+            python, _ = torchinfo.choose_python(options.python, facts)
+            return workload.gather_for(options, python, gather_tuning_env(env_file))
 
         results["workload"] = _timed(
-            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline, options.progress
+            "workload",
+            run,
+            workload.gather_limit(options),
+            lambda u: u,
+            timings,
+            options.deadline,
+            options.progress,
         )
 
     # Never a GPU job beside someone else's: a busy node would only look slow. Its tasks are under the host root.
@@ -294,17 +313,19 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             options.progress,
         )
     if "datapath" in needs:
+        from hostcheck.gather import datapath
+
         dirs, source = tuple(options.data_dirs), "--data-dir"
         if not dirs:
             dirs, source = tuple(facts.get("gpunode_tuning", "data_dirs") or ()), "gpunode_tuning.data_dirs"
         # Measured beside whatever runs (the reads leave the page cache alone); a busy node is said, not skipped.
         busy = busy_reason(results["nvml"], host_proc) if "nvml" in results else None
-        dp_opts = DataPathOptions(dirs=dirs, source=source if dirs else "", busy=busy)
+        dp_opts = datapath.DataPathOptions(dirs=dirs, source=source if dirs else "", busy=busy)
         results["datapath"] = _timed(
             "datapath",
-            lambda: gather_datapath(dp_opts),
+            lambda: datapath.gather_datapath(dp_opts),
             options.gather_timeout_s,
-            lambda u: DataPathSnapshot(source=dp_opts.source, error=u),
+            lambda u: datapath.DataPathSnapshot(source=dp_opts.source, error=u),
             timings,
             options.deadline,
             options.progress,
@@ -409,7 +430,9 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             options.progress,
         )
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
-        results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))
+        results["torch"] = torchinfo.TorchSnapshot(
+            error=Unavailable(CRASHED, "the torch gatherer did not come back")
+        )
     if "workload" in needs and "workload" not in results:
         results["workload"] = Unavailable(CRASHED, "the workload gatherer did not come back")
     return Snapshot(

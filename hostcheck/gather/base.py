@@ -406,3 +406,17 @@ def read_text(path: str, limit: int = 1 << 20, strict: bool = False) -> str | Un
     except infile.ReadError as exc:
         kind = {infile.MISSING: NOT_FOUND, infile.NO_PERMISSION: NO_PERMISSION}.get(exc.kind, ERROR)
         return Unavailable(kind, str(exc))
+
+
+def finite_number(v: Any, bools: bool = True, scale: float = 1) -> float | int | None:
+    """``v * scale`` when ``v`` is a number (a bool as 0/1 where ``bools``) and the product a finite float, else
+    None: Unavailable, None, text, NaN and an int beyond any float (a hostile child's JSON) are left out."""
+    if isinstance(v, bool):
+        v = int(v) if bools else None
+    if not isinstance(v, (int, float)):
+        return None
+    try:
+        scaled = v * scale if scale != 1 else v
+        return scaled if math.isfinite(scaled) else None
+    except OverflowError:
+        return None

@@ -9,11 +9,11 @@ Duck-typed over hostcheck.gather.workload.WorkloadRun, which builds each fact on
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from hostcheck.child.launch import ProbeRun
+from hostcheck.gather.base import finite_number
 
 
 def section(run: ProbeRun | None, name: str) -> tuple[dict | None, str | None]:
@@ -145,20 +145,6 @@ class SuiteEnv:
     bus_ids: dict[int, str] = field(default_factory=dict)
     #: Why the env probe gave no data; None when it finished.
     error: str | None = None
-
-
-def finite_number(v: Any, bools: bool = True, scale: float = 1) -> float | int | None:
-    """``v * scale`` when ``v`` is a number (a bool as 0/1 where ``bools``) and the product a finite float, else
-    None: Unavailable, None, text, NaN and an int beyond any float (a hostile child's JSON) are left out."""
-    if isinstance(v, bool):
-        v = int(v) if bools else None
-    if not isinstance(v, (int, float)):
-        return None
-    try:
-        scaled = v * scale if scale != 1 else v
-        return scaled if math.isfinite(scaled) else None
-    except OverflowError:
-        return None
 
 
 def _float(v: Any) -> float | None:

@@ -51,23 +51,11 @@ from hostcheck.gather.suite import (
     suite_run_for,
     suite_section,
 )
+from hostcheck.profiles import DEFAULT_SECTIONS, LAUNCHED
 from hostcheck.registry import Thread
 
 #: The module of hostcheck.inside the children run.
 PROBES = "workload"
-DEFAULT_SECTIONS = (
-    "env",
-    "matmul",
-    "bandwidth",
-    "p2p",
-    "amp",
-    "dataloader",
-    "ddp",
-    "nic_loopback",
-    "gdr_write",
-)
-#: Sections launched here rather than run in the suite's process.
-LAUNCHED = ("nic_loopback", "gdr_write")
 #: What the GPUDirect write runs may take at most (perftest's duration, the server's start, the client's slack).
 GDR_LIMIT_S = GDR_SECONDS + SERVER_START_S + SLACK_S + 10.0
 #: The all_reduce through the NICs on one node: NCCL may use neither peer-to-peer (NVLink, PCIe) nor shared
@@ -421,7 +409,7 @@ def gather_for(options: Any, python: str, env: dict[str, str]) -> WorkloadRun:
             rdzv_id=options.rdzv_id or "hostcheck",
             timeout=options.rdzv_timeout_s,
         )
-    wants_nics = {"nic_loopback", "gdr_write"} & set(options.workload_sections)
+    wants_nics = set(LAUNCHED) & set(options.workload_sections)  # both launched sections use the NICs
     nics = gather_rdma_ports(options.host_root) if wants_nics else None
     return gather_workload(
         python,

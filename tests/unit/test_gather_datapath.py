@@ -194,7 +194,7 @@ def test_the_fact_names_the_directories_when_the_command_line_does_not(tmp_path,
     facts.mkdir()
     (facts / "gpunode_tuning.fact").write_text(json.dumps({"data_dirs": [str(tmp_path)]}))
     seen: list[dp.DataPathOptions] = []
-    monkeypatch.setattr(G, "gather_datapath", lambda o: seen.append(o) or dp.DataPathSnapshot())
+    monkeypatch.setattr(dp, "gather_datapath", lambda o: seen.append(o) or dp.DataPathSnapshot())
     G.gather(G.Options(facts_dir=str(facts)), {"datapath"})
     G.gather(G.Options(facts_dir=str(facts), data_dirs=("/x",)), {"datapath"})
     assert [(o.dirs, o.source) for o in seen] == [

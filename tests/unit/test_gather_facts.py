@@ -139,7 +139,7 @@ def test_a_torch_gatherer_that_dies_is_an_error_never_a_neutral_skip(tmp_path, m
     def boom(explicit, facts):
         raise RuntimeError("chooser exploded")
 
-    monkeypatch.setattr(g, "choose_python", boom)
+    monkeypatch.setattr("hostcheck.gather.torchinfo.choose_python", boom)
     snap = g.gather(Options(facts_dir=str(tmp_path), torch_timeout_s=5), {"torch", "facts"})
     assert snap.torch is not None and "chooser exploded" in snap.torch.error.reason
     r = run_check(CHECKS["torch.E001"], snap)

@@ -17,7 +17,7 @@ from hostcheck import command
 from hostcheck import gather as G
 from hostcheck.check import cli
 from hostcheck.check.request import build_request
-from hostcheck.checks import all_checks
+from hostcheck.checks import all_checks, load
 from hostcheck.core import evaluate
 from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.busy import busy_reason, slurm_jobs
@@ -87,7 +87,7 @@ def test_a_hung_gatherer_is_cut_off_at_the_deadline(monkeypatch, capsys):
 
 def test_a_hung_check_is_cut_off_and_the_rest_still_reported(monkeypatch, capsys):
     hang = replace(next(c for c in all_checks() if c.id == "system.E001"), fn=lambda s: time.sleep(60))
-    monkeypatch.setattr(cli, "all_checks", lambda: [hang if c.id == hang.id else c for c in all_checks()])
+    monkeypatch.setattr(cli, "load", lambda needs: [hang if c.id == hang.id else c for c in load(needs)])
     t0 = time.monotonic()
     rc = command.main(["check", "--profile", "passive", "--deadline", "3", "--json"])
     doc = json.loads(capsys.readouterr().out)
@@ -100,7 +100,7 @@ def test_a_hung_check_is_cut_off_and_the_rest_still_reported(monkeypatch, capsys
 
 def test_burnin_adds_its_stress_run_unless_the_command_line_sets_one():
     def settled(*argv: str):
-        request = build_request(command.parse(["check", *argv]).args, all_checks())
+        request = build_request(command.parse(["check", *argv]).args, load)
         return SimpleNamespace(burn=request.options.burn, profile=request.profile.name)
 
     assert settled("--profile", "burnin").burn == 600
@@ -112,14 +112,14 @@ def test_burnin_adds_its_stress_run_unless_the_command_line_sets_one():
 def test_the_default_is_bounded_and_the_long_diagnostics_are_asked_for_by_name(capsys):
     """``hostcheck`` alone runs the standard profile: no GPU job, DCGM level 1 at most (its documented "seconds"),
     a minute at most; the GPU workload and DCGM level 2 run only in a profile named on the command line."""
-    default = build_request(command.parse([]).args, all_checks())
+    default = build_request(command.parse([]).args, load)
     p = default.profile
     assert p.name == "standard" and p.deadline_s <= 60 and p.gpu_line_s == 0 and p.burn_s == 0
     assert "workload" not in p.needs and p.dcgm_level == 1 and DCGM_LEVEL_RUN_TIME[p.dcgm_level] == "seconds"
     assert not any(c.workload for c in default.checks)
     assert default.options.deadline - time.monotonic() <= 60
     # Everything the default judges, the full profile judges too, and more.
-    full = build_request(command.parse(["--profile", "full"]).args, all_checks())
+    full = build_request(command.parse(["--profile", "full"]).args, load)
     assert {c.id for c in default.checks} < {c.id for c in full.checks}
     assert full.profile.dcgm_level == 2 and "workload" in full.profile.needs
 
@@ -207,6 +207,9 @@ def test_busy_workload_checks_skip_with_the_reason_instead_of_judging_a_slow_gpu
 
 def test_the_gatherer_starts_no_workload_on_a_busy_node(monkeypatch):
     monkeypatch.setattr(G, "busy_reason", lambda nvml, root: "a GPU is in use: GPU 0: python[7]")
-    monkeypatch.setattr(G, "gather_for", lambda *a, **k: pytest.fail("the workload started on a busy node"))
+    monkeypatch.setattr(
+        "hostcheck.gather.workload.gather_for",
+        lambda *a, **k: pytest.fail("the workload started on a busy node"),
+    )
     snap = G.gather(G.Options(), {"workload"})
     assert isinstance(snap.workload, Unavailable) and snap.workload.kind == BUSY

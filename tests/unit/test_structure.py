@@ -626,7 +626,7 @@ def test_a_planted_long_function_is_caught():
 
 
 # --- section names: one definition on each side of the inside/ boundary, and the two agree --------------------
-SECTION_HOME = "hostcheck.gather.workload"
+SECTION_HOME = "hostcheck.profiles"
 
 
 def section_lists(name: str, source: str, sections: frozenset[str]) -> list[str]:
@@ -657,7 +657,7 @@ def _inside_section_tables() -> dict[str, set[str]]:
 
 
 def test_section_names_are_defined_once_and_the_inside_probe_table_agrees():
-    from hostcheck.gather.workload import DEFAULT_SECTIONS, LAUNCHED
+    from hostcheck.profiles import DEFAULT_SECTIONS, LAUNCHED
 
     sections = frozenset(DEFAULT_SECTIONS)
     outside = {n: p for n, p in modules().items() if not n.startswith("hostcheck.inside")}
@@ -671,7 +671,7 @@ def test_a_second_section_list_is_refused():
     sections = frozenset(("env", "matmul", "ddp"))
     planted = "ALL = ('env', 'matmul', 'ddp')\nARGS = {'ddp': {}, 'matmul': {}}\nONE = ('env',)\n"
     assert section_lists("hostcheck.cli", planted, sections) == [
-        "hostcheck.cli:1: a second section list ('env', 'matmul', 'ddp') (use hostcheck.gather.workload's)"
+        "hostcheck.cli:1: a second section list ('env', 'matmul', 'ddp') (use hostcheck.profiles's)"
     ]
     assert section_lists(SECTION_HOME, planted, sections) == []
 
@@ -784,6 +784,29 @@ def test_a_passive_run_imports_no_other_subcommand(tmp_path):
         "hostcheck.check.cli" in imported and "hostcheck.gather.nvml" in imported
     )  # the walker reads the list
     assert of_subcommands(imported) == []
+    # Nor the check modules or gatherers of what the profile never runs: the GPU workload, the dataset reads, the
+    # torch probe (hostcheck.checks.MODULES; the gatherers' modules by name).
+    assert passive_needless(imported) == []
+
+
+#: The gatherers' modules the passive profile never starts (what it does start: PROFILES["passive"].needs).
+NOT_PASSIVE_GATHERERS = (
+    "hostcheck.gather.workload",
+    "hostcheck.gather.suite",
+    "hostcheck.gather.gdr_write",
+    "hostcheck.gather.datapath",
+    "hostcheck.gather.torchinfo",
+)
+
+
+def passive_needless(imported: list[str]) -> list[str]:
+    """The modules of ``imported`` that a passive run has no use for: check modules whose checks all read a
+    gatherer the profile does not start, those gatherers' modules, and what runs inside the training Python."""
+    from hostcheck.checks import MODULES
+
+    needs = PROFILES["passive"].needs
+    needless = {m for m, reads in MODULES.items() if not reads <= needs} | set(NOT_PASSIVE_GATHERERS)
+    return [m for m in imported if m in needless or m.startswith("hostcheck.inside")]
 
 
 def test_an_imported_subcommand_is_caught():
@@ -799,5 +822,13 @@ def test_an_imported_subcommand_is_caught():
         "hostcheck.checks.baseline",
     ]
     assert of_subcommands(importtime_modules(stderr)) == ["hostcheck.job.observe"]
+    assert passive_needless(
+        [
+            "hostcheck.checks.gpu",
+            "hostcheck.checks.workload.compute",
+            "hostcheck.gather.suite",
+            "hostcheck.inside",
+        ]
+    ) == ["hostcheck.checks.workload.compute", "hostcheck.gather.suite", "hostcheck.inside"]
     g = {"hostcheck.check.cli": {"hostcheck.core"}, "hostcheck.core": {"hostcheck.bench.plan"}}
     assert of_subcommands(reachable(g, "hostcheck.check.cli")) == ["hostcheck.bench.plan"]
