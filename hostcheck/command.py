@@ -55,6 +55,7 @@ from hostcheck.child.launch import kill_all, release_private_root, reopen
 from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
 from hostcheck.fleet import cli as fleet_cli
 from hostcheck.job import cli as job_cli
+from hostcheck.sweep import cli as sweep_cli
 
 PROG = "hostcheck"
 #: The subcommands by name, in the order of ``hostcheck --help``.
@@ -64,6 +65,7 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "fleet": fleet_cli,
     "job": job_cli,
     "baseline": baseline_cli,
+    "sweep": sweep_cli,
 }
 #: The command run when none is named.
 DEFAULT = "check"
