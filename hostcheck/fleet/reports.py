@@ -121,14 +121,21 @@ def _host_of(name: str) -> tuple[str, str]:
 
 
 def load(
-    report_dir: Path, expect: list[str], min_score: int | None, raw: dict[str, Any] | None = None
+    report_dir: Path,
+    expect: list[str],
+    min_score: int | None,
+    raw: dict[str, Any] | None = None,
+    skip: set[str] | frozenset[str] = frozenset(),
 ) -> list[NodeSummary]:
     """Every ``<host>.json`` in ``report_dir``, judged; a report that cannot be used is named, not ready, and
-    costs no other node its row. ``raw`` (when given) receives each usable report by host."""
+    costs no other node its row. ``raw`` (when given) receives each usable report by host; ``skip``: file names
+    that are no node's (the sweep report given with --sweep)."""
     nodes: dict[str, NodeSummary] = {}
     # fleet-peers.json is this command's own output, written beside the reports by default: never a node.
     names = sorted(
-        n for n in os.listdir(report_dir) if n.endswith(".json") and n != ".json" and n not in PAGES
+        n
+        for n in os.listdir(report_dir)
+        if n.endswith(".json") and n != ".json" and n not in PAGES and n not in skip
     )
     for name in names:
         host, bad_name = _host_of(name)
