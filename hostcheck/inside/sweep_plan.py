@@ -12,7 +12,7 @@ the hypercube pairing (node i with i XOR 2^k, one round per bit: log2(N) rounds,
 partners across every cut of the bisection); then, like NVIDIA's ClusterKit, the pairs and nodes outside the
 tolerance are measured again, suspects with fresh partners, and only what stays bad is named.
 
-The peer rule: a member is an outlier when it is past a line relative to the median of all members (a fraction
+The peer rule: a member is an outlier when it is past a line relative to the median of its peers (a fraction
 below for a rate, a factor above for a latency) AND its modified z-score, 0.6745 (x - median) / MAD (Iglewicz
 and Hoaglin; NIST's Engineering Statistics Handbook 1.3.5.17), is past ``z``: the first keeps a tight, healthy
 cluster from naming a member that is 2% slow, the second a noisy one from naming its slowest member. With fewer
@@ -24,15 +24,16 @@ reach elsewhere, so a slow link names both ends and a node slow with every partn
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 K = TypeVar("K")
 Pair = tuple[int, int]
-#: Iglewicz and Hoaglin's constant: 0.6745 MAD estimates one standard deviation of normal data.
+#: Iglewicz and Hoaglin's constant: MAD / 0.6745 estimates one standard deviation of normal data.
 MAD_SCALE = 0.6745
+#: sqrt(pi/2): the mean absolute deviation times it estimates one standard deviation of normal data.
+MEAN_AD_SCALE = math.sqrt(math.pi / 2)
 #: The pairing modes.
 ALL, HYPERCUBE = "all", "hypercube"
 #: What a test may plant in a worker (HOSTCHECK_SWEEP_TEST_FAULT): never set outside tests.
@@ -177,20 +178,47 @@ def _finite(v: Any) -> bool:
 
 
 def peers(values: Mapping[K, float]) -> dict[K, Peer]:
-    """Every member with a positive finite figure against the median and MAD of all of them (one member moves a
-    median by half a rank at most, so the reference is computed once: the 1,024-node case stays linear)."""
+    """Every member with a positive finite figure against the median and MAD of the others (its peers: a slow
+    member never drags its own reference down, which matters most in a small group). Where the peers' MAD is 0 (half
+    of them or more equal), their mean absolute deviation times sqrt(pi/2) stands in for MAD / 0.6745: both estimate
+    one standard deviation of normal data. Linear after one sort per distinct median: 1,024 nodes' links stay fast."""
     good = {k: float(v) for k, v in values.items() if _finite(v)}
-    if not good:
-        return {}
-    med = statistics.median(good.values())
-    mad = statistics.median(abs(v - med) for v in good.values())
-    return {k: Peer(v, med, v / med, _z(v, med, mad), len(good)) for k, v in good.items()}
+    keys = sorted(good, key=good.__getitem__)
+    xs = [good[k] for k in keys]
+    n = len(xs)
+    if n < 2:
+        return {k: Peer(v, v, 1.0, 0.0, n) for k, v in good.items()}
+    spread: dict[float, tuple[list[float], dict[int, int], float]] = {}
+    out = {}
+    for i, k in enumerate(keys):
+        m = _median_without(xs, i)
+        if m not in spread:  # the deviations from this median, sorted, and where each member's landed
+            order = sorted(range(n), key=lambda j, m=m: abs(xs[j] - m))
+            devs = [abs(xs[j] - m) for j in order]
+            spread[m] = (devs, {j: p for p, j in enumerate(order)}, sum(devs))
+        devs, where, total = spread[m]
+        mad = _median_without(devs, where[i])
+        mean_ad = (total - devs[where[i]]) / (n - 1)
+        out[k] = Peer(xs[i], m, xs[i] / m, _z(xs[i], m, mad, mean_ad), n)
+    return out
 
 
-def _z(v: float, med: float, mad: float) -> float:
+def _median_without(xs: Sequence[float], skip: int) -> float:
+    """The median of the sorted ``xs`` without its element at ``skip``."""
+    m = len(xs) - 1
+
+    def at(k: int) -> float:
+        return xs[k] if k < skip else xs[k + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+def _z(v: float, med: float, mad: float, mean_ad: float) -> float:
     if mad > 0:
         return MAD_SCALE * (v - med) / mad
-    # Half the members or more are equal: any other value is as far out as it gets.
+    if mean_ad > 0:
+        return (v - med) / (MEAN_AD_SCALE * mean_ad)
+    # Every peer equal: any other value is as far out as it gets.
     return 0.0 if v == med else math.copysign(math.inf, v - med)
 
 

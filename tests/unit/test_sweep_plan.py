@@ -67,11 +67,29 @@ def test_pack_puts_pairs_in_disjoint_rounds():
     assert sorted(p for r in rounds for p in r) == [(0, 1), (0, 1), (0, 3), (1, 2), (2, 3)]
 
 
-def test_the_modified_z_score_is_iglewicz_and_hoaglins():
-    # NIST 1.3.5.17: M = 0.6745 (x - median) / MAD. Values 10, 11, 12, 13, 30: median 12, MAD median(2,1,0,1,18) = 1.
+def test_the_modified_z_score_is_iglewicz_and_hoaglins_against_the_peers():
+    # NIST 1.3.5.17: M = 0.6745 (x - median) / MAD, here over each member's peers (the others). Values 10, 11, 12, 13,
+    # 30: the peers of 30 are 10-13, median 11.5, MAD median(1.5, 0.5, 0.5, 1.5) = 1.
     got = plan.peers({i: v for i, v in enumerate([10, 11, 12, 13, 30])})
-    assert got[4].median == 12 and got[4].z == pytest.approx(0.6745 * 18)
-    assert got[0].z == pytest.approx(-0.6745 * 2) and got[0].ratio == pytest.approx(10 / 12)
+    assert got[4].median == 11.5 and got[4].z == pytest.approx(0.6745 * 18.5)
+    # The peers of 10: 11, 12, 13, 30, median 12.5, MAD median(1.5, 0.5, 0.5, 17.5) = 1.
+    assert got[0].median == 12.5 and got[0].z == pytest.approx(-0.6745 * 2.5)
+    assert got[0].ratio == pytest.approx(10 / 12.5) and got[0].members == 5
+
+
+def test_a_slow_member_does_not_drag_its_own_reference_down():
+    # Four nodes, one at 1%: against the others' median and MAD it is far out; against all four (itself included)
+    # the MAD would take its distance in and hide it (modified z-score about -3.1).
+    got = plan.peers({0: 800.0, 1: 600.0, 2: 900.0, 3: 6.0})
+    assert got[3].median == 800.0 and got[3].z < -5
+    assert set(plan.low({0: 800.0, 1: 600.0, 2: 900.0, 3: 6.0}, 0.93, RULES)) == {3}
+
+
+def test_where_the_peers_mad_is_zero_their_mean_deviation_scales_the_score():
+    # Peers 605, 605, 388: MAD 0; mean absolute deviation 72.3, times sqrt(pi/2).
+    got = plan.peers({0: 388.0, 1: 388.0, 2: 605.0, 3: 605.0})
+    assert got[0].median == 605.0 and got[0].z == pytest.approx((388 - 605) / (1.2533141 * 217 / 3), rel=1e-5)
+    assert got[0].z > -3.5 and plan.low({0: 388.0, 1: 388.0, 2: 605.0, 3: 605.0}, 0.93, RULES) == {}
 
 
 def test_a_member_is_named_only_past_both_the_line_and_the_z_score():
