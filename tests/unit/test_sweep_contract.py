@@ -127,3 +127,17 @@ def test_a_wrong_or_missing_variable_is_refused_by_name(env, variable, said):
     with pytest.raises(ContractError) as info:
         derive(env)
     assert info.value.variable == variable and said in str(info.value), str(info.value)
+
+
+def test_a_node_runs_one_rank_per_gpu_it_sees(tmp_path):
+    from hostcheck.sweep.ranks import local_gpus
+
+    # What the NVIDIA driver creates: one /dev/nvidiaN per GPU beside its control and UVM devices.
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-modeset", "nvme0"):
+        (tmp_path / name).touch()
+    assert local_gpus("auto", {}, str(tmp_path)) == 2
+    assert local_gpus("auto", {"CUDA_VISIBLE_DEVICES": "3,5,7"}, str(tmp_path)) == 3
+    assert local_gpus("auto", {"CUDA_VISIBLE_DEVICES": ""}, str(tmp_path)) == 0
+    assert local_gpus("auto", {"CUDA_VISIBLE_DEVICES": "-1"}, str(tmp_path)) == 0
+    assert local_gpus("cpu", {}, str(tmp_path)) == 0
+    assert local_gpus("auto", {}, str(tmp_path / "absent")) == 0
