@@ -8,11 +8,10 @@ NaN, checked against hostcheck/data/sweep-report.schema.json's types; every name
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
-from hostcheck import infile
 from hostcheck.check.render.markdown import md_cell
+from hostcheck.fleet.reports import read_json
 from hostcheck.schema import sweep_schema, type_errors
 
 #: A sweep of 16,384 nodes in hypercube pairs is about 150,000 pairs: some tens of MiB of JSON.
@@ -23,16 +22,7 @@ HEATMAP_MAX = 64
 
 def read_sweep(path: str) -> dict[str, Any]:
     """The sweep report at ``path``, checked (raises ValueError naming what is wrong)."""
-    try:
-        text = infile.read_text(path, MAX_SWEEP_BYTES, follow=False)
-    except infile.ReadError as exc:
-        raise ValueError(exc.why) from None
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except RecursionError:
-        raise ValueError("not JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
+    data = read_json(path, MAX_SWEEP_BYTES)
     if not isinstance(data, dict) or data.get("kind") != "sweep":
         raise ValueError("not a hostcheck sweep report")
     wrong = type_errors(data, sweep_schema())
@@ -42,10 +32,6 @@ def read_sweep(path: str) -> dict[str, Any]:
     if any(p.get("a") not in nodes or p.get("b") not in nodes for p in data.get("pairs") or []):
         raise ValueError("a pair names a node the report does not list")
     return data
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def _label(n: dict[str, Any]) -> str:

@@ -42,7 +42,11 @@ def test_a_node_runs_one_nccl_rank_per_gpu(tmp_path):
     assert type_errors(doc, sweep_schema()) == []
     assert doc["backend"] == "nccl" and doc["world_ranks"] == gpus
     (node,) = doc["nodes"]
-    assert node["state"] == "measured" and node["gpus"] == gpus and node["device"] == torch.cuda.get_device_name(0)
+    assert (
+        node["state"] == "measured"
+        and node["gpus"] == gpus
+        and node["device"] == torch.cuda.get_device_name(0)
+    )
     # A bf16 matmul of 8192 on a datacenter GPU: tens of TFLOP/s at least, on every GPU.
     assert node["compute_flops_per_s"] > 1e13
     if gpus >= 4:  # its GPUs are peers enough for the compute rule

@@ -2071,6 +2071,18 @@ def _sweep_env(**more: str | None) -> dict[str, str | None]:
     return env
 
 
+def _srun(nodelist: str, **more: str) -> dict[str, str | None]:
+    """What srun sets for a task of two (torch's contract unset): the Slurm path of the contract."""
+    return {
+        "RANK": None,
+        "WORLD_SIZE": None,
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": nodelist,
+        **more,
+    }
+
+
 def _sweep(
     *extra: str | Callable[[Ctx], str],
     env: dict[str, str | None] | None = None,
@@ -2179,41 +2191,16 @@ SWEEP_ATTACKS = [
     ),
     A(
         "sweep-slurm-nodelist-unclosed",
-        _sweep(
-            env={
-                "RANK": None,
-                "WORLD_SIZE": None,
-                "SLURM_PROCID": "0",
-                "SLURM_NTASKS": "2",
-                "SLURM_JOB_NODELIST": "gpu[1-",
-            },
-            needle="SLURM_JOB_NODELIST: 'gpu[1-': a '[' without its ']'",
-        ),
+        _sweep(env=_srun("gpu[1-"), needle="SLURM_JOB_NODELIST: 'gpu[1-': a '[' without its ']'"),
     ),
     A(
         "sweep-slurm-nodelist-a-billion-hosts",
-        _sweep(
-            env={
-                "RANK": None,
-                "WORLD_SIZE": None,
-                "SLURM_PROCID": "0",
-                "SLURM_NTASKS": "2",
-                "SLURM_JOB_NODELIST": "n[0-999999999]",
-            },
-            needle="SLURM_JOB_NODELIST: ",
-        ),
+        _sweep(env=_srun("n[0-999999999]"), needle="SLURM_JOB_NODELIST: "),
     ),
     A(
         "sweep-slurm-two-tasks-a-node",
         _sweep(
-            env={
-                "RANK": None,
-                "WORLD_SIZE": None,
-                "SLURM_PROCID": "1",
-                "SLURM_NTASKS": "2",
-                "SLURM_LOCALID": "1",
-                "SLURM_JOB_NODELIST": "gpu1",
-            },
+            env=_srun("gpu1", SLURM_PROCID="1", SLURM_LOCALID="1"),
             needle="SLURM_LOCALID: 1: the sweep runs one process per node",
         ),
     ),
