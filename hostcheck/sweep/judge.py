@@ -232,16 +232,20 @@ def judge(record: Mapping[str, Any], rules: plan.Rules) -> Judgement:
     if record.get("retest_note"):
         notes.append(f"retest: {record['retest_note']}")
     named = {x for f in findings if f.status == Status.FAIL for x in f.nodes}
+    # A node's compute is its slowest rank's (every step waits for it).
+    slowest: dict[int, float] = {}
+    ratio_of: dict[int, float] = {}
+    for (i, _local), rate_ in compute.items():
+        slowest[i] = min(slowest.get(i, math.inf), rate_)
+    for (i, _local), p in peers.items():
+        ratio_of[i] = min(ratio_of.get(i, math.inf), p.ratio)
     rows = []
     for i, n in sorted(nodes.items()):
-        mine = [c for (node, _), c in compute.items() if node == i]
         rows.append(
             {
                 **n,
-                "compute_flops_per_s": _round(min(mine)) if mine else None,
-                "compute_ratio": _round(min(peers[k].ratio for k in peers if k[0] == i))
-                if mine and peers
-                else None,
+                "compute_flops_per_s": _round(slowest.get(i)),
+                "compute_ratio": _round(ratio_of.get(i)),
                 "capacity_bytes_per_s": _round(net.capacity.get(i)),
                 "latency_floor_s": _round(net.floor.get(i)),
                 "partners": partners.get(i, 0),
