@@ -265,7 +265,7 @@ class Worker:
 
         def batch(steps: int) -> float:
             t = time.perf_counter()
-            for _ in range(steps):
+            for _step in range(steps):
                 torch.mm(x, x, out=out)
             self.sync()
             took = time.perf_counter() - t
@@ -312,7 +312,7 @@ class Worker:
         else:
             self.dist.recv(agreed, peer)
         times = []
-        for _ in range(int(agreed.item())):
+        for _op in range(int(agreed.item())):
             t = time.perf_counter()
             op()
             times.append(time.perf_counter() - t)
@@ -404,10 +404,10 @@ class Worker:
                 dist.send(one, peer)
             self.sync()
 
-        for _ in range(3):
+        for _warm in range(3):
             ping()
         rtts = []
-        for _ in range(int(self.timing["latency_iters"])):
+        for _ping in range(int(self.timing["latency_iters"])):
             t = time.perf_counter()
             ping()
             rtts.append(time.perf_counter() - t)
@@ -446,11 +446,11 @@ class Worker:
         if failed or missing:
             out["skip"] = "a rank failed or stopped answering: nothing measured again"
         else:
-            bw, lat, _ = plan.best_repeats(
+            bw, lat, _counts = plan.best_repeats(
                 plan.node_pairs(self.main.values(), "main"), self.slots.__getitem__
             )
             groups = [g for m in self.main.values() for g in m["groups"]]
-            pointed, _ = plan.bisected(groups, self.rules)
+            pointed, _slow = plan.bisected(groups, self.rules)
             suspects = {self.slots[n] for n in pointed if n in self.slots}
             again = plan.retest(len(self.members), bw, lat, suspects, self.sched.mode, self.rules)
             rounds = plan.pack(again)

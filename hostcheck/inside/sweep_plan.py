@@ -58,7 +58,7 @@ def all_pair_rounds(n: int) -> list[list[Pair]]:
     ids = list(range(n)) + ([-1] if n % 2 else [])
     m = len(ids)
     rounds = []
-    for _ in range(m - 1):
+    for _round in range(m - 1):
         rounds.append(
             sorted(pair(ids[i], ids[m - 1 - i]) for i in range(m // 2) if -1 not in (ids[i], ids[m - 1 - i]))
         )
