@@ -189,10 +189,9 @@ def run(args: argparse.Namespace) -> int:
         busy = port_free(contract.master_port)
         if busy:
             raise _fail(f"MASTER_PORT {contract.master_port}: {busy}")
-    python, _source = choose_python(args.python, gather_facts(args.facts_dir))
-    env = gather_tuning_env(
-        args.env_file or gather_facts(args.facts_dir).get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
-    )
+    facts = gather_facts(args.facts_dir)
+    python, _source = choose_python(args.python, facts)
+    env = gather_tuning_env(args.env_file or facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE)
     lay = ranks.layout(
         contract,
         gpus,

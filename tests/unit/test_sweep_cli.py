@@ -6,7 +6,8 @@ on: a node that never joins, a node killed mid-sweep, a second sweep on the same
 
 The nodes share this machine's two cores (and, while the suite runs, with other tests): the loopback's rates and
 the ranks' compute swing far more than a fabric's, so the tolerances are widened through --config, as a site sets
-them; the planted faults are far past them (a send rate of 8 MB/s against hundreds, a fifth of the compute).
+them (named below 30% of the peers); the planted faults are far past them (a send rate of 8 MB/s against hundreds,
+a tenth of the compute).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.skipif(
     reason="this Python has no torch",
 )
 LOOSE = (
-    "[thresholds]\nsweep_link_tolerance = 0.5\nsweep_compute_tolerance = 0.5\nsweep_latency_factor = 20.0\n"
+    "[thresholds]\nsweep_link_tolerance = 0.7\nsweep_compute_tolerance = 0.7\nsweep_latency_factor = 20.0\n"
 )
 FAKE_SCONTROL = """#!/bin/sh
 echo "$@" >> {log}
@@ -153,7 +154,7 @@ def test_the_throttled_node_and_the_slow_node_are_named_and_drained(nodes, tmp_p
     fake.chmod(0o755)
     path = {"PATH": f"{fake.parent}:{os.environ['PATH']}"}
     n = nodes(4)
-    faults = {1: "compute_factor=5", 2: "send_bps=8e6"}
+    faults = {1: "compute_factor=10", 2: "send_bps=8e6"}
     for rank in range(4):
         n.start(rank, "--slurm-drain", "--op-timeout", "60", fault=faults.get(rank, ""), env=path)
     got = n.wait()
