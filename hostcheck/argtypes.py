@@ -1,9 +1,11 @@
-"""argparse types for the command lines: numbers that are finite and in range, refused with a usage error."""
+"""argparse types for the command lines: numbers that are finite and in range, folders that can be read, refused
+with a usage error."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 
 #: The longest time any option may give (a week): past it, deadlines overflow poll() and sleep() arguments.
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -33,6 +35,20 @@ def duration(text: str) -> float:
     if not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r}: give seconds from 0 to {MAX_SECONDS:g}")
     return value
+
+
+def host_root(text: str) -> str:
+    """--host-root: a folder hostcheck can read. A missing path, or a file, would read as a node with nothing in
+    it, and nothing read is no fault found: refused instead."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path")
+    if not os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"{text}: does not exist")
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text}: not a folder")
+    if not os.access(text, os.R_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: not readable")
+    return text
 
 
 def positive(text: str) -> float:

@@ -9,8 +9,10 @@
 A subcommand is a package ``hostcheck/NAME/`` whose ``cli`` module has ``SUMMARY`` (its line in the command
 list), ``DESCRIPTION`` and ``EPILOG`` (its ``--help``), ``add_arguments(parser)`` and ``run(args) -> int`` (its exit
 code), with its renderers in ``NAME/render`` (tests/unit/test_structure.py holds the shape). To add one, write
-such a package and name its ``cli`` in :data:`SUBCOMMANDS`. What surrounds ``run`` is done here, the same for
-every subcommand:
+such a package and name its ``cli`` in :data:`SUBCOMMANDS`. Only the command a line names is imported (check's,
+the default, always: the top level takes its options); ``hostcheck --help`` imports them all for their lines. Slurm's
+HealthCheckProgram starts ``hostcheck --profile passive`` every few minutes on every node: it pays for check alone.
+What surrounds ``run`` is done here, the same for every subcommand:
 
 - exit codes: ``0`` ready (or: it ran), ``1`` not ready (or: nothing measured), ``2`` usage or environment
   error, ``128 + N`` when signal N ended the run (SIGHUP 129, SIGINT 130, SIGTERM 143);
@@ -42,30 +44,26 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, NoReturn
 
 from hostcheck import __version__
-from hostcheck.baseline import cli as baseline_cli
-from hostcheck.bench import cli as bench_cli
-from hostcheck.check import cli as check_cli
 from hostcheck.child.launch import kill_all, release_private_root, reopen
 from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
-from hostcheck.fleet import cli as fleet_cli
-from hostcheck.job import cli as job_cli
-from hostcheck.sweep import cli as sweep_cli
+from hostcheck.outfile import remove_pending
 
 PROG = "hostcheck"
-#: The subcommands by name, in the order of ``hostcheck --help``.
-SUBCOMMANDS: dict[str, ModuleType] = {
-    "check": check_cli,
-    "bench": bench_cli,
-    "fleet": fleet_cli,
-    "job": job_cli,
-    "baseline": baseline_cli,
-    "sweep": sweep_cli,
+#: The subcommands by name, in the order of ``hostcheck --help``: the module of each one's ``cli``, imported by
+#: :func:`load` when a command line names it.
+SUBCOMMANDS: dict[str, str] = {
+    "check": "hostcheck.check.cli",
+    "bench": "hostcheck.bench.cli",
+    "fleet": "hostcheck.fleet.cli",
+    "job": "hostcheck.job.cli",
+    "baseline": "hostcheck.baseline.cli",
+    "sweep": "hostcheck.sweep.cli",
 }
 #: The command run when none is named.
 DEFAULT = "check"
@@ -157,19 +155,32 @@ class _Namespace(argparse.Namespace):
         super().__setattr__(name, value)
 
 
-def _add_global_options(parser: argparse.ArgumentParser) -> None:
+def _add_global_options(parser: argparse.ArgumentParser, version: bool = True) -> None:
     # SUPPRESS: a command's parser must not reset a --debug given before the command's name.
     parser.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of internal errors"
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    if version:
+        parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
 
 
-def build_parser() -> Parser:
-    """The one parser: check's options at the top level (the default command) and a parser per command."""
-    default = SUBCOMMANDS[DEFAULT]
+def load(name: str) -> ModuleType:
+    """The ``cli`` module of the command ``name`` (imported now if it was not yet)."""
+    # __import__, not importlib.import_module: only an import through it is timed by ``python -X importtime``,
+    # which is how benchmarks/passive_profile.py shows what a run loads.
+    return __import__(SUBCOMMANDS[name], fromlist=["run"])
+
+
+def build_parser(names: Iterable[str] | None = None, finding: bool = False) -> Parser:
+    """The one parser: check's options at the top level (the default command) and a parser per command.
+
+    The commands in ``names`` (None: every one) get their own options; the others are a name that takes
+    anything, enough for argparse to see which command a line names. ``finding``: a parser that only finds
+    that name (:func:`named_command`): no --help or --version, which would print."""
+    default = load(DEFAULT)
     parser = Parser(
         prog=PROG,
+        add_help=not finding,
         description=f"{default.DESCRIPTION} Without a COMMAND, hostcheck runs `{DEFAULT}` with the options given.",
         epilog="Exit codes: 0 ready, 1 not ready, 2 usage or environment error, 129/130/143 SIGHUP/SIGINT/SIGTERM. "
         "Docs: docs/hostcheck.md. "
@@ -184,9 +195,14 @@ def build_parser() -> Parser:
     # argparse has no public list of a parser's options: hence _actions.
     for action in parser._actions:
         action.default = argparse.SUPPRESS
-    _add_global_options(parser)
+    _add_global_options(parser, version=not finding)
     commands = parser.add_subparsers(dest=COMMAND_DEST, metavar="COMMAND", title="commands")
-    for name, module in SUBCOMMANDS.items():
+    wanted = set() if finding else set(SUBCOMMANDS) if names is None else {DEFAULT, *names}
+    for name in SUBCOMMANDS:
+        if name not in wanted:  # a name only: what follows it is left to the full parser
+            parser.commands[name] = commands.add_parser(name, prog=f"{PROG} {name}", add_help=False)
+            continue
+        module = load(name)
         sub = commands.add_parser(
             name,
             prog=f"{PROG} {name}",
@@ -200,6 +216,21 @@ def build_parser() -> Parser:
     return parser
 
 
+def named_command(argv: Sequence[str]) -> set[str] | None:
+    """The command ``argv`` names ({} for the default), read by a parser that loads no other command; None
+    when that parser cannot tell (a usage error, ``--help`` or ``--version`` at the top level): then every
+    command is loaded and the full parser says what it says today."""
+    parser = build_parser((), finding=True)
+    try:
+        namespace, unknown = parser.parse_known_args(list(argv), namespace=_Namespace())
+    except (UsageError, ParserExit, OutputError):
+        return None
+    name = getattr(namespace, COMMAND_DEST, None)
+    if name is None:
+        return None if unknown else set()
+    return {name}
+
+
 @dataclass(frozen=True)
 class Invocation:
     """A parsed command line: the command, its options, and how its messages begin."""
@@ -211,12 +242,12 @@ class Invocation:
 
     @property
     def run(self) -> Callable[[argparse.Namespace], int]:
-        return SUBCOMMANDS[self.command].run
+        return load(self.command).run
 
 
 def parse(argv: Sequence[str], parser: Parser | None = None) -> Invocation:
     """Parse a command line (raises UsageError, ParserExit, OutputError)."""
-    parser = parser or build_parser()
+    parser = parser or build_parser(named_command(argv))
     namespace, unknown = parser.parse_known_args(list(argv), namespace=_Namespace())
     parsed = vars(namespace)
     name = parsed.pop(COMMAND_DEST)
@@ -303,6 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.excepthook = hook
         signals.restore()
         release_private_root()
+        remove_pending()  # a file write a signal cut short leaves no temporary file
 
 
 def _thread_failed(args: Any) -> None:

@@ -16,6 +16,7 @@ kind of message before anything runs; a section split out would need that reader
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import math
 import os
@@ -132,18 +133,58 @@ class HardwareSettings:
 
 
 LINK_LAYERS = ("InfiniBand", "Ethernet")
+#: NCCL's PCIe distances between a GPU and a NIC, nearest first (hostcheck.gather.rdma.LEVELS).
+DISTANCES = ("PIX", "PXB", "PHB", "SYS")
+PORT_ROLES = ("rail", "other", "any")
+RAIL, OTHER, ANY_ROLE = PORT_ROLES
 
 
 @dataclass(frozen=True)
-class FabricSettings:
-    """[fabric]: what this node type's RDMA ports should be; unset, the ports are compared with each other."""
+class PortClass:
+    """[[fabric.ports]]: a class of RDMA ports and what each should be. A port belongs to the first class whose
+    ``devices`` (globs on the RDMA device name; none: every device) and ``role`` match it: "rail" a GPU's NIC by
+    PCIe topology (hostcheck.gather.rdma.rails), "other" any other (front-end, storage), "any" either."""
 
-    #: RDMA ports expected (every port of every device under /sys/class/infiniband).
-    expected_ports: int | None = None
+    name: str
+    devices: tuple[str, ...] = ()
+    role: str = ANY_ROLE
+    #: Ports of the class expected on the node.
+    count: int | None = None
     #: Each port's rate in Gb/s, as the kernel's ``rate`` file says it (400 for NDR).
     rate_gbps: float | None = None
     #: "InfiniBand" or "Ethernet" (RoCE).
     link_layer: str | None = None
+
+    def matches(self, device: str, role: str | None) -> bool:
+        """``role``: the port's, or None where the node's topology does not tell (then any class matches)."""
+        if self.devices and not any(fnmatch.fnmatchcase(device, g) for g in self.devices):
+            return False
+        return self.role == ANY_ROLE or role is None or self.role == role
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """[fabric]: what this node type's RDMA ports should be. The flat keys describe the rails (the ports of the
+    NICs paired with a GPU); [[fabric.ports]] classes describe any others. Unset, the ports are compared with
+    their peers and only warn."""
+
+    #: Rail ports expected (the ports of the RDMA devices paired with a GPU by PCIe topology).
+    expected_ports: int | None = None
+    #: Each rail port's rate in Gb/s, as the kernel's ``rate`` file says it (400 for NDR).
+    rate_gbps: float | None = None
+    #: The rails' link layer: "InfiniBand" or "Ethernet" (RoCE).
+    link_layer: str | None = None
+    #: The farthest a GPU's rail NIC may be, in NCCL's words (PIX, PXB, PHB, SYS); beyond it fails.
+    max_distance: str | None = None
+    ports: tuple[PortClass, ...] = ()
+    #: Users whose ~/.nccl.conf is read (the training users).
+    nccl_users: tuple[str, ...] = ()
+
+    def classes(self) -> tuple[PortClass, ...]:
+        """The port classes in matching order: the flat keys' rails first."""
+        flat = (self.expected_ports, self.rate_gbps, self.link_layer)
+        rails = (PortClass("rails", (), RAIL, *flat),) if any(v is not None for v in flat) else ()
+        return rails + self.ports
 
 
 @dataclass(frozen=True)
@@ -162,9 +203,11 @@ class Baseline:
     numa_cpus: tuple[str, ...] | None = None
     #: (model, size in bytes) per NVMe controller.
     nvme: tuple[tuple[str, int], ...] | None = None
-    #: (interface, speed in Mb/s) per physical network port; (device:port, rate in Gb/s) per RDMA port.
+    #: (interface, speed in Mb/s) per physical network port.
     nics: tuple[tuple[str, float], ...] | None = None
-    rdma: tuple[tuple[str, float], ...] | None = None
+    #: (device:port, rate in Gb/s, link layer, paired GPU's PCI address, NCCL distance to it) per RDMA port; the
+    #: last three "" where not recorded (a baseline written before they were) or not paired.
+    rdma: tuple[tuple[str, float, str, str, str], ...] | None = None
     #: (PCI address, name, VBIOS) per GPU.
     gpus: tuple[tuple[str, str, str], ...] | None = None
     #: (PCI address, kind, speed GT/s, width, max speed GT/s, max width) per GPU and NIC function.
@@ -186,8 +229,18 @@ BASELINE_LISTS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "max_width": ((int,), "an integer"),
     },
 }
+#: [baseline]'s optional fields per list (read as "" when absent): what a baseline written before them lacks.
+BASELINE_OPTIONAL: dict[str, dict[str, tuple[str, ...]]] = {
+    "rdma": {"link_layer": ("", *LINK_LAYERS), "gpu": (), "distance": ("", *DISTANCES)},
+}
 #: Entries per device list at most: a node has tens of devices.
 BASELINE_MAX_ITEMS = 1024
+#: Rows a configuration may still name from an earlier release, and what replaced them: refused with that, so a
+#: site learns what to set instead.
+RETIRED_THRESHOLDS = {
+    "rdma_error_rise_fail": "fabric.E003 judges each port counter per unit of time now, against the rows "
+    "rdma_symbol_error_fail_per_h, rdma_fatal_counter_rise_fail and their warning lines (docs/fabric.md)",
+}
 
 
 @dataclass(frozen=True)
@@ -254,6 +307,26 @@ def from_args(args: Any) -> Config:
     return load(path, explicit=path is not None)
 
 
+def toml_parser() -> Any:
+    """The TOML parser: the standard library's tomllib (Python 3.11+), or on 3.9 and 3.10 tomli, the package
+    tomllib was taken from (pyproject.toml's dependency there); None when neither is importable."""
+    try:
+        import tomllib
+    except ImportError:
+        try:
+            import tomli as tomllib  # same API: tomllib is tomli 1.2 moved into the standard library (PEP 680)
+        except ImportError:
+            return None
+    return tomllib
+
+
+#: Why a TOML file cannot be read on this Python, and the way out.
+TOML_MISSING = (
+    f"reading it needs tomllib (Python 3.11+) or the package tomli on Python {sys.version_info[0]}."
+    f"{sys.version_info[1]}: pip install tomli, or run hostcheck with Python 3.11+ (gpunode_health's venv has one)"
+)
+
+
 def load(path: str | None, explicit: bool) -> Config:
     """The configuration at ``path`` (``--config``), or the default file when it exists.
 
@@ -266,17 +339,11 @@ def load(path: str | None, explicit: bool) -> Config:
         raw = infile.read_text(path)
     except infile.ReadError as exc:
         raise ConfigError(path, "", f"cannot read it ({exc.why.removeprefix('is ')})") from None
-    try:
-        import tomllib  # Python 3.11+; the rest of hostcheck runs on 3.9 (pyproject.toml's requires-python)
-    except ImportError:
+    tomllib = toml_parser()
+    if tomllib is None:
         # Judging with the defaults in place of the site's file could call a node ready that the file says is
         # not: a usage error that says what to do, never a silent fallback.
-        raise ConfigError(
-            path,
-            "",
-            f"reading it needs Python 3.11 or later (tomllib), this is {sys.version_info[0]}.{sys.version_info[1]}: run hostcheck "
-            "with a newer Python (gpunode_health's venv has one), or name another file with --config",
-        ) from None
+        raise ConfigError(path, "", TOML_MISSING + ", or name another file with --config")
     try:
         doc = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
@@ -416,15 +483,7 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         if prometheus is not None and not prometheus.startswith("/"):
             raise ConfigError(path, "prometheus.textfile", "must be an absolute path")
     hardware = _hardware(top.table("hardware"), path)
-    fabric = FabricSettings()
-    f = top.table("fabric")
-    if f is not None:
-        fabric = FabricSettings(
-            expected_ports=f.integer("expected_ports", 0, 1024),
-            rate_gbps=f.number("rate_gbps", 1, 100000),
-            link_layer=f.string("link_layer", LINK_LAYERS),
-        )
-        f.done()
+    fabric = _fabric(top.table("fabric"), path)
     baseline = _baseline(top.table("baseline"), path)
     top.done()
     return Config(
@@ -444,6 +503,54 @@ def parse(doc: dict[str, Any], path: str = "<config>") -> Config:
         hardware=hardware,
         fabric=fabric,
         baseline=baseline,
+    )
+
+
+def _fabric(f: _Table | None, path: str) -> FabricSettings:
+    if f is None:
+        return FabricSettings()
+    flat = dict(
+        expected_ports=f.integer("expected_ports", 0, 1024),
+        rate_gbps=f.number("rate_gbps", 1, 100000),
+        link_layer=f.string("link_layer", LINK_LAYERS),
+    )
+    max_distance = f.string("max_distance", DISTANCES)
+    users = f.strings("nccl_users")
+    bad = [u for u in users if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?", u)]
+    if bad:
+        raise ConfigError(path, "fabric.nccl_users", f"not a user name: {bad[0][:40]!r}")
+    raw = f.get("ports", (list,), "an array of tables ([[fabric.ports]])") or []
+    if len(raw) > 64:
+        raise ConfigError(path, "fabric.ports", "more than 64 port classes")
+    classes = []
+    for i, item in enumerate(raw):
+        t = _Table(path, f"fabric.ports[{i}]", item)
+        name = t.string("name")
+        devices = t.strings("devices")
+        role = t.string("role", PORT_ROLES) or ANY_ROLE
+        count = t.integer("count", 0, 1024)
+        rate = t.number("rate_gbps", 1, 100000)
+        layer = t.string("link_layer", LINK_LAYERS)
+        t.done()
+        if not name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,31}", name):
+            raise ConfigError(path, t.key("name"), "is required: 1-32 letters, digits, ' ', '.', '_' or '-'")
+        if len(devices) > 64 or any(not re.fullmatch(r"[A-Za-z0-9_.*?\[\]!-]{1,64}", d) for d in devices):
+            raise ConfigError(path, t.key("devices"), "must be up to 64 device names or globs (mlx5_*)")
+        if count is None and rate is None and layer is None:
+            raise ConfigError(
+                path, t.key("name"), "the class sets nothing: give count, rate_gbps or link_layer"
+            )
+        if role == RAIL and any(v is not None for v in flat.values()):
+            raise ConfigError(
+                path, t.key("role"), "the rails are set by [fabric]'s flat keys already: set them once"
+            )
+        classes.append(PortClass(name, tuple(devices), role, count, rate, layer))
+    names = [c.name for c in classes]
+    if len(set(names)) != len(names):
+        raise ConfigError(path, "fabric.ports", "two port classes have the same name")
+    f.done()
+    return FabricSettings(
+        **flat, max_distance=max_distance, ports=tuple(classes), nccl_users=tuple(dict.fromkeys(users))
     )
 
 
@@ -487,6 +594,17 @@ def _baseline(t: _Table | None, path: str) -> Baseline | None:
                 if not isinstance(v, str) and not 0 <= v <= big:
                     raise ConfigError(path, row.key(field_name), f"must be from 0 to {big}, not {v}")
                 values.append(float(v) if float in kinds else v)
+            for field_name, choices in BASELINE_OPTIONAL.get(name, {}).items():
+                v = row.string(field_name, choices or None) or ""
+                if (
+                    field_name == "gpu"
+                    and v
+                    and not re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", v)
+                ):
+                    raise ConfigError(
+                        path, row.key(field_name), f"not a PCI address (0000:18:00.0): {v[:40]!r}"
+                    )
+                values.append(v)
             row.done()
             rows.append(tuple(values))
         out[name] = tuple(rows)
@@ -500,6 +618,9 @@ def _thresholds(t: _Table | None, path: str) -> tuple[Any, Any]:
     node, job = Thresholds(), JobThresholds()
     if t is None:
         return node, job
+    for name, why in RETIRED_THRESHOLDS.items():
+        if name in t.value:
+            raise ConfigError(path, t.key(name), f"retired: {why}; remove it")
     given: dict[str, Any] = {}
     for name, row in thresholds.ROWS.items():
         if row.kind is int:

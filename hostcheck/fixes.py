@@ -73,7 +73,7 @@ GPU_DRAIN = (
     "open an RMA if it comes back"
 )
 PYTORCH_INSTALL = role_fix("gpunode_pytorch_index: {index}", PYTORCH, "pytorch")
-NVML_PY = "install nvidia-ml-py in hostcheck's Python: pip install 'gpunode-hostcheck[nvml]'"
+NVML_PY = "install nvidia-ml-py in hostcheck's Python: pip install nvidia-ml-py"
 SHM = role_fix("gpunode_tuning_shm_size: {size}", TUNING, "shm")
 ALLOCATOR = role_fix("gpunode_tuning_allocator: tcmalloc", TUNING, "allocator")
 MALLOC_CONF = role_fix(
@@ -96,4 +96,24 @@ GOVERNOR = role_fix("gpunode_tuning_cpu_governor: performance", TUNING, "sysknob
 THP = role_fix("gpunode_tuning_thp: madvise", TUNING, "sysknobs")
 MEMLOCK = role_fix("gpunode_tuning_limits_memlock: unlimited", TUNING, "sysknobs") + ", then log in again"
 NOFILE = role_fix("gpunode_tuning_limits_nofile: 1048576", TUNING, "sysknobs") + ", then log in again"
+#: gpunode_tuning's defaults of the variables the fixes above set (roles/gpunode_tuning/defaults/main.yml; a test
+#: keeps them equal): where the role already has them, re-running it changes nothing.
+TUNING_DEFAULTS = {"shm_size": "50%", "limits_memlock": "unlimited", "limits_nofile": 1048576}
+# Inside a container the runtime sets /dev/shm and the process limits, and a process inside cannot raise them:
+# Docker's `docker container run` reference (--shm-size, 64 MB when unset; --ipc=host; --ulimit, values in bytes,
+# -1 unlimited), NVIDIA's Containers User Guide, "Setting The Shared Memory Flag" (--shm-size=1g --ulimit
+# memlock=-1, or --ipc=host for PyTorch's DataLoader); Kubernetes, Volumes, "emptyDir" (medium: Memory, sizeLimit);
+# Kubernetes has no per-pod rlimit, so a pod gets the container runtime's own (containerd's systemd unit).
+RUNTIME_SHM = (
+    "the container runtime sizes /dev/shm, not gpunode_tuning: docker or podman run --shm-size={size} (or "
+    "--ipc=host); Kubernetes: an emptyDir volume with medium: Memory and sizeLimit: {k8s} mounted at /dev/shm"
+)
+RUNTIME_MEMLOCK = (
+    "the container runtime sets it, not gpunode_tuning (whose default is already unlimited): docker or podman run "
+    "--ulimit memlock=-1; Kubernetes: LimitMEMLOCK=infinity in the container runtime's systemd unit (containerd)"
+)
+RUNTIME_NOFILE = (
+    "the container runtime sets it, not gpunode_tuning (whose default is already 1048576): docker or podman run "
+    "--ulimit nofile=1048576:1048576; Kubernetes: LimitNOFILE=1048576 in the container runtime's systemd unit"
+)
 ENV_FILE = rerun(TUNING, "allocator,threading,numa") + " to write /etc/gpunode/training.env"

@@ -2,8 +2,10 @@
 
 A fleet runs hostcheck in different places: Slurm's HealthCheckProgram every few minutes while jobs run
 (``passive``: reads only; slurmd kills a health check that runs past 60 s, slurm.conf(5)), a job's prolog and
-epilog (short; Slurm drains the node when the prolog fails), after provisioning (``full``) and on new or
-repaired hardware (``burnin``). A check that overruns the deadline is cut off as an error, never a hang.
+epilog (short; Slurm drains the node when the prolog fails), a person at the node (``standard``, the default:
+bounded at a minute, no GPU job), after provisioning (``full``: the GPU workload and DCGM's two-minute
+diagnostic) and on new or repaired hardware (``burnin``). A check that overruns the deadline is cut off as an
+error, never a hang. What each step costs and how it grows with the GPUs: docs/hostcheck.md, "Profiles".
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ class Profile:
 #: datapath reads the dataset directories for a few seconds: not in the read-only profiles.
 ALL_NEEDS = PASSIVE_NEEDS | {"torch", "workload", "datapath"}
 
-#: The one list of profile names (config.py, the command line and the report schema follow it), in the order a
-#: node meets them: passive, prolog, epilog, full, burnin.
+#: The one list of profile names (config.py, the command line and the report schema follow it), in the order of
+#: the time they take: passive, prolog, epilog, standard, full, burnin.
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
@@ -80,10 +82,19 @@ PROFILES: dict[str, Profile] = {
             dcgm_level=1,
         ),
         Profile(
+            "standard",
+            60.0,
+            PASSIVE_NEEDS | {"torch", "datapath"},
+            summary="the default: every read-only check, the training Python's torch probe, the dataset reads and "
+            "DCGM level 1; no GPU job",
+            # Level 1 is "seconds"; level 2's two minutes would not fit the minute this profile promises.
+            dcgm_level=1,
+        ),
+        Profile(
             "full",
             1800.0,
             ALL_NEEDS,
-            summary="every check, with the short GPU/AMP/DDP workload",
+            summary="every check, with the GPU/AMP/DDP workload and DCGM's level-2 diagnostic (minutes)",
             gpu_line_s=4.0,
             dcgm_level=2,
         ),
@@ -98,7 +109,9 @@ PROFILES: dict[str, Profile] = {
         ),
     )
 }
-DEFAULT_PROFILE = "full"
+#: What ``hostcheck`` runs when no profile is named: bounded (60 s), so that a first run answers in a minute. The
+#: GPU workload and DCGM's level-2 diagnostic run only when ``full`` (or ``burnin``) is named.
+DEFAULT_PROFILE = "standard"
 
 GIB = 1 << 30
 #: The largest all_reduce message: Azure's per-SKU lines are set at 16 GiB (gpu_skus.json, allreduce).

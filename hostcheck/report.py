@@ -10,7 +10,8 @@ from hostcheck import SCHEMA_VERSION, __version__
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.gpuinfo import BusId, normalise_bus_id
-from hostcheck.gather.rdma import ERROR_COUNTERS, SWITCH, RdmaSnapshot, pair_gpus
+from hostcheck.gather.rdma import ERROR_COUNTERS, RdmaSnapshot
+from hostcheck.gather.rdma_topology import nic_gpus
 from hostcheck.gather.suite import finite_number
 from hostcheck.gather.workload import WorkloadRun
 from hostcheck.registry import Result
@@ -325,7 +326,8 @@ def gpu_records(snap: Any) -> tuple[GpuRecord, ...]:
 
 
 def port_records(snap: Any) -> tuple[PortRecord, ...]:
-    """Every RDMA port of a snapshot, with the NVML index and UUID of the GPU under its NIC's PCIe switch."""
+    """Every RDMA port of a snapshot, with the NVML index and UUID of the GPU its NIC serves by PCIe topology (the
+    GPU whose own NIC it is, within PXB: hostcheck.gather.rdma.nic_gpus)."""
     r = getattr(snap, "rdma", None)
     if not isinstance(r, RdmaSnapshot) or not isinstance(r.devices, tuple):
         return ()
@@ -335,10 +337,10 @@ def port_records(snap: Any) -> tuple[PortRecord, ...]:
         if isinstance(g.pci_bus_id, str):
             by_bus[nvml_bus_id(g.pci_bus_id)] = (g.index, g.uuid if isinstance(g.uuid, str) else None)
     paired: dict[str, tuple[int, str | None]] = {}
-    for p in sorted(pair_gpus(r), key=lambda p: p.gpu):
-        gpu = by_bus.get(nvml_bus_id(p.gpu))
-        if p.level == SWITCH and p.nic and gpu is not None:
-            paired.setdefault(p.nic, gpu)
+    for nic, gpu_address in nic_gpus(r, near_only=True).items():
+        gpu = by_bus.get(nvml_bus_id(gpu_address))
+        if gpu is not None:
+            paired[nic] = gpu
     out = []
     for d in r.devices:
         for port in d.ports:

@@ -210,18 +210,29 @@ def test_the_collection_filter_finds_hostcheck_platform_inside_the_collection(co
     assert "gpunode_node_plan" in mod.FilterModule().filters()
 
 
-def test_the_wheel_builds_and_installs_without_an_index(tmp_path: Path):
-    """pip wheel --no-build-isolation (setuptools from this venv), pip install --no-index into an empty venv:
-    the version and the packaged JSON Schema are the repository's."""
-    src = tmp_path / "src"
+def _build_wheel(out: Path) -> Path:
+    """pip wheel --no-build-isolation (setuptools from this venv), from a copy of the sources, without an index."""
+    src = out / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "hostcheck", src / "hostcheck", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*pip_wheel, "-w", str(tmp_path / "dist"), str(src)], check=True, env=env)
-    (wheel,) = (tmp_path / "dist").glob("gpunode_hostcheck-*.whl")
+    subprocess.run([*pip_wheel, "-w", str(out / "dist"), str(src)], check=True, env=env)
+    (wheel,) = (out / "dist").glob("gpunode_hostcheck-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    return _build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_builds_and_installs_without_an_index(tmp_path: Path, wheel: Path):
+    """pip wheel --no-build-isolation (setuptools from this venv), pip install --no-index into an empty venv:
+    the version and the packaged JSON Schema are the repository's."""
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     assert wheel.name.startswith(f"gpunode_hostcheck-{hostcheck.__version__}-py3-none-any")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -272,3 +283,88 @@ def test_the_sanity_ignore_file_matches_the_pinned_ansible_core_and_every_line_s
         assert (ROOT / path).is_file() and test and len(reason.split()) >= 5, (
             f"needs a path, a test, a reason: {line}"
         )
+
+
+# --- the oldest Python pyproject.toml claims --------------------------------------------------------------------
+FLOOR = tuple(
+    int(x)
+    for x in re.search(r'requires-python = ">=(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text()).groups()
+)
+#: Wheels the oldest Python needs beside hostcheck's (tomli), put there by scripts/test from PyPI.
+OLDEST_WHEELS = Path(
+    os.environ.get("GPUNODE_OLDEST_PYTHON_WHEELS")
+    or Path(os.environ.get("GPUNODE_CACHE") or Path.home() / ".cache" / "gpunode") / "oldest-python-wheels"
+)
+
+
+def _oldest_python() -> str | None:
+    """An interpreter of requires-python's floor: CPython X.Y where there is one; on Debian 12 (3.11 only) Debian's
+    PyPy, which implements Python 3.9 (its language and standard library: what hostcheck uses)."""
+    for name in (f"python{FLOOR[0]}.{FLOOR[1]}", "pypy3"):
+        exe = shutil.which(name)
+        if exe is None:
+            continue
+        version = subprocess.run(
+            [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
+        ).stdout.strip()
+        if version == f"{FLOOR[0]}.{FLOOR[1]}":
+            return exe
+    return None
+
+
+def test_the_wheel_runs_on_the_oldest_python_it_claims(tmp_path: Path, wheel: Path):
+    """requires-python's floor (3.9, RHEL 9's system Python) runs the installed wheel: every module imports, the
+    check runs and writes its JSON, the configuration file is read by tomli, which pip installs from the wheel's
+    dependency marker without an index, and --list, baseline and fleet work. scripts/test installs the interpreter
+    (Debian's pypy3) and the tomli wheel, and makes this test required (GPUNODE_NEED_OLDEST_PYTHON=1)."""
+    exe = _oldest_python()
+    tomli = sorted(OLDEST_WHEELS.glob("tomli-*.whl"))
+    if exe is None or not tomli:
+        missing = (
+            f"no Python {FLOOR[0]}.{FLOOR[1]} (python{FLOOR[0]}.{FLOOR[1]} or pypy3)" if exe is None else ""
+        )
+        missing = missing or f"no tomli wheel in {OLDEST_WHEELS}"
+        if os.environ.get("GPUNODE_NEED_OLDEST_PYTHON") == "1":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env.pop("PYTHONPATH", None)
+    venv = tmp_path / "venv"
+    subprocess.run([exe, "-m", "venv", str(venv)], check=True, capture_output=True)
+    py, hc = str(venv / "bin" / "python"), str(venv / "bin" / "hostcheck")
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(OLDEST_WHEELS), str(wheel)],
+        check=True,
+        env=env,
+    )
+
+    def run(*argv: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+        out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240)
+        assert out.returncode in ok and "Traceback" not in out.stderr, (
+            argv,
+            out.returncode,
+            out.stderr[-2000:],
+        )
+        return out
+
+    assert run(py, "-c", "import sys; print(sys.version_info[:2])").stdout.strip() == str(FLOOR)
+    names = "import importlib, pkgutil, hostcheck; [importlib.import_module(m.name) for m in "
+    names += "pkgutil.walk_packages(hostcheck.__path__, 'hostcheck.')]; import tomli; print(tomli.__name__)"
+    assert run(py, "-c", names).stdout.strip() == "tomli"
+    assert run(hc, "--version").stdout.split() == ["hostcheck", GALAXY["version"]]
+    listed = json.loads(run(hc, "--list", "--json").stdout)
+    assert len(listed["checks"]) > 50
+    config = tmp_path / "hostcheck.toml"
+    config.write_text('expect_gpus = 3\n\n[checks]\nonly = ["gpu.E002", "system"]\n')
+    doc = json.loads(run(hc, "--config", str(config), "--json", ok=(0, 1)).stdout)
+    e002 = next(c for c in doc["checks"] if c["id"] == "gpu.E002")
+    assert e002["expected"] == 3 and {c["category"] for c in doc["checks"]} == {"gpu", "system"}
+    config.write_text("expect_gpus = [\n")
+    refused = run(hc, "--config", str(config), "--json", ok=(2,))
+    assert "not valid TOML" in refused.stderr
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    (nodes / "node1.json").write_text(json.dumps(doc))
+    run(hc, "fleet", str(nodes), "--out", str(tmp_path / "fleet"), ok=(0, 1))
+    assert (tmp_path / "fleet" / "fleet.html").is_file()
+    run(hc, "baseline", "--json", ok=(0, 1))

@@ -42,6 +42,43 @@ def test_ci_runs_the_readme_test_command():
     )
 
 
+def _demo(tmp_path: Path, *args: str, answer: str | None = None):
+    """scripts/demo with its venv and cache in tmp_path; stdin /dev/null, or a terminal that types answer."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "GPUNODE_VENV": str(tmp_path / "venv"), "GPUNODE_CACHE": str(tmp_path / "cache")}
+    cmd = [str(ROOT / "scripts" / "demo"), *args]
+    if answer is None:
+        return subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60
+        )
+    leader, follower = os.openpty()
+    try:
+        os.write(leader, answer.encode() + b"\n")
+        return subprocess.run(cmd, stdin=follower, capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+def test_the_demo_says_what_it_will_change_and_asks_first(tmp_path: Path):
+    """Without --yes and without a terminal it refuses with the way on; on a terminal, 'n' stops it. Both before
+    any change: the tooling venv it names is not created."""
+    run = _demo(tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert "stdin is not a terminal" in run.stderr and "scripts/demo --yes" in run.stderr
+    plan = run.stdout
+    assert plan.startswith("scripts/demo will, on this machine")
+    for needle in (f"create the tooling venv {tmp_path / 'venv'}", "gpunode-demo", "playbooks/site.yml"):
+        assert needle in plan, plan
+    run = _demo(tmp_path, answer="n")
+    assert run.returncode == 1 and "nothing was changed" in run.stdout, run.stdout + run.stderr
+    assert "Go on? [y/N]" in run.stdout
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "cache").exists()
+    assert "--yes" in (ROOT / "scripts" / "demo").read_text().split("set -euo", 1)[0]
+
+
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_role_variables_are_prefixed_and_specified(role: Path):
     defaults_file = role / "defaults" / "main.yml"

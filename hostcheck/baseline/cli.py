@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import stat
 import sys
 from argparse import ArgumentError
 
 # The gatherers are called through their module (gather.gather), as check calls them.
 from hostcheck import config, gather, infile
+from hostcheck.argtypes import host_root
 from hostcheck.baseline.record import section
 from hostcheck.baseline.render import render_json, render_toml
 from hostcheck.baseline.toml import SECTION, TomlError, loads, splice
 from hostcheck.exitcodes import EXIT_NOTHING_RECORDED, EXIT_OK, EXIT_USAGE
-from hostcheck.outfile import path_error, write_atomic
+from hostcheck.outfile import locked, path_error, write_atomic
 from hostcheck.report import now_iso
 
 SUMMARY = "record what this known-good node has as the [baseline] section of the config (docs/baseline.md)"
@@ -51,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host-root",
         default="/",
+        type=host_root,
         metavar="DIR",
         help="where the node's /sys and /proc are read (default /; a fixture tree in tests)",
     )
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(None, "--json prints the section: it cannot go with --write")
     if args.write is None and sys.stdout is None:
         raise ArgumentError(None, "standard output is closed: nowhere to print the section (see --write)")
-    existing = _existing(args.write) if args.write is not None else None
+    if args.write is not None:
+        _existing(args.write)  # a path or file that cannot take the section: said before anything is gathered
     # Read only: NVML for the GPUs, the rest under --host-root (the same gatherer as the checks').
     snap = gather.gather(gather.Options(host_root=args.host_root), {"nvml", "inventory"})
     inv = snap.inventory
@@ -75,14 +77,17 @@ def run(args: argparse.Namespace) -> int:
     if not set(body) - {"recorded_on", "recorded_at"}:
         print("hostcheck baseline: error: nothing could be recorded", file=sys.stderr)
         return EXIT_NOTHING_RECORDED
+    text = render_toml(body, host)
+    # What is printed or written is what hostcheck reads back: the same entry and size limits (never a section
+    # the checks would refuse).
+    _readable(text, args.write or "the section")
     if args.json:
         sys.stdout.write(render_json(body))
         return EXIT_OK
-    text = render_toml(body, host)
     if args.write is None:
         sys.stdout.write(text)
         return EXIT_OK
-    return _write(args.write, existing or "", text)
+    return _write(args.write, text)
 
 
 def _existing(path: str) -> str:
@@ -103,18 +108,32 @@ def _existing(path: str) -> str:
     return text
 
 
-def _write(path: str, existing: str, text: str) -> int:
+def _readable(text: str, path: str) -> None:
+    """Refuse (a usage error) a configuration hostcheck would not read back: larger than the config reader's cap,
+    or what its parser refuses (more than BASELINE_MAX_ITEMS entries in a list, a value out of range)."""
+    size = len(text.encode("utf-8"))
+    if size > infile.DEFAULT_LIMIT:
+        raise ArgumentError(
+            None,
+            f"{path} would be {size} bytes, more than the {infile.DEFAULT_LIMIT} hostcheck reads: not written",
+        )
     try:
-        result = splice(existing, text) if existing else text
-        config.parse(loads(result), path)  # what is written is a configuration hostcheck reads
+        config.parse(loads(text), path)
     except (TomlError, config.ConfigError) as exc:
+        raise ArgumentError(None, f"{path}: {exc}: not written") from None
+
+
+def _write(path: str, text: str) -> int:
+    """Put the section into ``path``: the folder locked, the file read again (an edit made meanwhile is kept), the
+    result checked as the reader will check it, then replaced in one rename keeping its owner and mode."""
+    try:
+        with locked(path):
+            existing = _existing(path)
+            result = splice(existing, text) if existing else text
+            _readable(result, f"--write {path}")
+            write_atomic(path, result, keep=True)
+    except TomlError as exc:
         raise ArgumentError(None, f"--write {path}: {exc}") from None
-    try:
-        mode = stat.S_IMODE(os.lstat(path).st_mode) if existing else 0o644
-    except OSError:
-        mode = 0o644
-    try:
-        write_atomic(path, result, mode=mode)
     except OSError as exc:
         print(f"hostcheck baseline: error: writing {path}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE

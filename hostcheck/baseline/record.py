@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hostcheck.config import LINK_LAYERS, ConfigError, parse
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.inventory import NodeInventory
 
@@ -52,6 +53,12 @@ def section(inv: NodeInventory, host: str = "", when: str = "") -> tuple[dict[st
             missing(f"{key} ports", ports)
             continue
         out[key] = [{"name": p.name, unit: _rate(p.rate)} for p in ports]
+        if (
+            key == "rdma"
+        ):  # the fabric checks' expectations per port: its link layer, its GPU and their distance
+            for row, p in zip(out[key], ports):
+                row.update(link_layer=p.link_layer if p.link_layer in LINK_LAYERS else "")
+                row.update(gpu=p.gpu, distance=p.distance)
         left_out += [
             f"{p.name}: no rate (down, or virtual), recorded without one" for p in ports if p.rate is None
         ]
@@ -78,4 +85,13 @@ def section(inv: NodeInventory, host: str = "", when: str = "") -> tuple[dict[st
         if key in out and not out[key]:
             del out[key]
             left_out.append(f"{key}: none found, not recorded")
+    # What the configuration reader would refuse (a list longer than it holds, a model name with a NUL in it) would
+    # make the whole file one hostcheck refuses: that key is left out, said, and the rest kept. The reader's own
+    # rules decide (hostcheck.config), key by key.
+    for key in list(out):
+        try:
+            parse({"baseline": {key: out[key]}}, "the section")
+        except ConfigError as exc:
+            left_out.append(f"{key}: not recorded ({exc.key}: {exc.reason})")
+            del out[key]
     return out, left_out

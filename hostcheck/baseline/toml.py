@@ -14,6 +14,8 @@ import math
 import re
 from typing import Any
 
+from hostcheck.config import TOML_MISSING, toml_parser
+
 SECTION = "baseline"
 #: A table header line: ``[name]`` or ``[[name]]`` with an optional comment (TOML's bare and quoted keys).
 _HEADER = re.compile(r"^[ \t]*\[\[?[ \t]*(?P<name>[A-Za-z0-9_\-.\"' \t]+?)[ \t]*\]\]?[ \t]*(?:#.*)?$")
@@ -81,10 +83,9 @@ def _is_ours(name: str) -> bool:
 
 def loads(text: str) -> dict[str, Any]:
     """A TOML document read by tomllib (raises TomlError: not valid, or a Python without tomllib)."""
-    try:
-        import tomllib  # Python 3.11+, as reading the configuration file (hostcheck.config.load)
-    except ImportError:
-        raise TomlError("reading TOML needs Python 3.11 or later (tomllib)") from None
+    tomllib = toml_parser()  # as reading the configuration file (hostcheck.config.load)
+    if tomllib is None:
+        raise TomlError(TOML_MISSING)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

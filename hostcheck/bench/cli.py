@@ -20,6 +20,7 @@ from hostcheck.argtypes import seconds
 from hostcheck.bench import discover
 from hostcheck.bench.advice import advise, render_advice
 from hostcheck.bench.chart import chart_spec, render_png
+from hostcheck.bench.eta import Eta
 from hostcheck.bench.plan import (
     SHM_SIZE_RE,
     TUNINGS,
@@ -40,6 +41,7 @@ from hostcheck.gather.system import gather_system
 from hostcheck.gather.torchinfo import choose_python
 from hostcheck.inside.proof import describe_pil
 from hostcheck.outfile import paths_error, write_report
+from hostcheck.progress import duration, progress
 from hostcheck.report import now_iso
 
 # One warm-up round by default: each variant's worker process makes its first, cold measurement (first
@@ -310,19 +312,34 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     total = plan.runs(args.pairs, args.warmup_pairs)
-    est = estimate_s(plan, total, float(setup.probe.get("wall_s") or 2.0), setup.env.cpus)
-    say(
-        f"{len(plan.groups)} groups, {total} runs in {plan.processes()} worker processes "
-        f"(roughly {max(1, round(est / 60))} min); workdir {setup.workdir}"
-    )
-    done = [0]
+    eta = Eta.of(plan, args.pairs, args.warmup_pairs)
+    line = progress("hostcheck bench", None if args.quiet else sys.stderr)
+    with line:  # erased before the tables are printed
 
-    def progress(s: str) -> None:
-        done[0] += 1
-        say(f"[{done[0]}/{total}] {s}")
+        def tell(s: str) -> None:
+            line.print(f"hostcheck bench: {s}")
 
-    ctx = replace(setup.ctx, progress=progress, log=say)
-    bench = run_plan(ctx, plan, args.pairs, args.warmup_pairs, args.images, args.seed)
+        tell(
+            f"{len(plan.groups)} groups, {total} runs in {plan.processes()} worker processes; workdir "
+            f"{setup.workdir}; how long it takes follows from the first runs' measured cost"
+        )
+        first = len(plan.groups[0].variants) if plan.groups else 0
+        done = [0]
+
+        def ran(s: str) -> None:
+            done[0] += 1
+            tell(f"[{done[0]}/{total}] {s}")
+            left = eta.left_s()
+            if left is None:
+                return
+            so_far = time.monotonic() - started
+            line.note(done[0], total)
+            line.estimate(so_far + left)
+            if done[0] == first:  # each of the first group's workers has answered once: the costs are known
+                tell(_measured(eta, plan.groups[0].workload, so_far, left))
+
+        ctx = replace(setup.ctx, progress=ran, log=tell, eta=eta)
+        bench = run_plan(ctx, plan, args.pairs, args.warmup_pairs, args.images, args.seed)
     env = setup.env
     auto = max(1, min(env.cpus, env.physical_cores) // max(1, env.gpus))
     adv = advise(bench.comparisons, shm_large=args.shm_large, auto_threads=auto)
@@ -330,14 +347,14 @@ def run(args: argparse.Namespace) -> int:
     return _emit(args, setup, plan, bench, adv, doc, when)
 
 
-#: Seconds of one run with its overhead, roughly (1.2-1.5 s on a 2-core VM at the defaults).
-RUN_S = 1.3
-
-
-def estimate_s(plan: Any, runs: int, startup_s: float, cpus: int) -> float:
-    """A rough duration: the runs, plus each group's worker start-ups (made together, on up to ``cpus``)."""
-    starts = sum(len(g.variants) * startup_s / max(1, min(len(g.variants), cpus)) for g in plan.groups)
-    return runs * RUN_S + starts
+def _measured(eta: Eta, workload: str, so_far: float, left: float) -> str:
+    """The estimate once the first runs are measured, with the costs it comes from."""
+    run = eta.run_cost(workload) or 0.0
+    start = f", its worker processes' start-up {eta.startup_s[0]:.1f} s" if eta.startup_s else ""
+    return (
+        f"measured here: a {workload} run {run:.1f} s{start}: about {duration(so_far + left)} in all, "
+        f"{duration(left)} left (estimated again after every run)"
+    )
 
 
 def _document(args, setup: _Setup, plan, bench, adv, when: str, duration: float) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from hostcheck.bench import BENCH_SCHEMA_VERSION
 from hostcheck.bench.plan import Skip
 from hostcheck.bench.run import ERROR, FINDING, BenchRun, Comparison
 from hostcheck.bench.stats import median
+from hostcheck.check.render import visible
 
 COLUMNS = ("tuning", "workload", "A (baseline)", "B (tuning)", "A", "B", "ratio", "spread", "n", "verdict")
 
@@ -84,7 +85,9 @@ def render_text(doc: dict[str, Any], comparisons: Sequence[Comparison], skips: S
         gone = ", ".join(f"{k}={v}" for k, v in sorted(doc["environment"]["stripped"].items()))
         lines.append(f"removed from every run's environment (each comparison sets its own): {gone}")
     lines.append("")
-    text = "\n".join(lines) + "\n"
+    # Host and GPU names and the workers' error lines come from the node: shown with their control characters
+    # escaped, so none of them starts a line of its own.
+    text = "\n".join(visible(x) for x in lines) + "\n"
     if comparisons:
         text += table(comparisons)
     else:
@@ -109,7 +112,7 @@ def render_text(doc: dict[str, Any], comparisons: Sequence[Comparison], skips: S
             seen.add(line)
             extra.append(line)
     if extra:
-        text += "\n" + "\n".join(_dedupe(extra)) + "\n"
+        text += "\n" + "\n".join(visible(x) for x in _dedupe(extra)) + "\n"
     return text
 
 

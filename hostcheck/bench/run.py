@@ -86,6 +86,8 @@ class Context:
     server_launcher: ServerLauncher = default_server_launcher
     #: Other progress lines (worker processes started).
     log: Callable[[str], None] | None = None
+    #: Told each group's start and each run's wall time (hostcheck.bench.eta.Eta: the estimate of what is left).
+    eta: Any = None
 
 
 def worker_argv(
@@ -479,6 +481,8 @@ def run_group(
     or crash would only cost more time). Returns the comparisons, the runs and the worker processes."""
     st = _GroupState(values={v.key: [None] * pairs for v in group.variants})
     workers = None
+    if ctx.eta is not None:
+        ctx.eta.group_started(group.key)
     try:
         workers = Workers(ctx, group, overlays)
         with workers:
@@ -505,6 +509,8 @@ def _run_one(ctx, group, pairs, warmup, cfg, workers: Workers, st: _GroupState, 
         return True
     res = workers.measure(v, rnd, is_warm, cfg)
     st.runs.append(res)
+    if ctx.eta is not None:
+        ctx.eta.run_done(group.key, group.workload, res.wall_s)
     if ctx.progress:
         what = (
             f"{res.value:.1f} {res.unit}" if res.value is not None else f"FAILED: {one_line(res.error or '')}"

@@ -13,15 +13,16 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 
 # The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
 from hostcheck import SCHEMA_VERSION, config, gather, slurm
-from hostcheck.argtypes import duration, positive, seconds
+from hostcheck.argtypes import duration, host_root, positive, seconds
 from hostcheck.check.render.json import render_json
 from hostcheck.check.render.junit import render_junit
 from hostcheck.check.render.prometheus import read_last_success, render_prometheus
 from hostcheck.check.render.summary import render_summary
-from hostcheck.check.render.text import render_list, render_text
+from hostcheck.check.render.text import render_list, render_text, terminal_width
 from hostcheck.check.request import Output, Request, build_request
 from hostcheck.checks import all_checks
 from hostcheck.child.launch import kill_all, python_arg, reopen
@@ -30,6 +31,7 @@ from hostcheck.exitcodes import EXIT_OK, EXIT_USAGE
 from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import write_report
 from hostcheck.profiles import PROFILES
+from hostcheck.progress import progress
 from hostcheck.report import Report, now_iso
 from hostcheck.score import FAIL_LEVELS
 
@@ -65,7 +67,12 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="colour (default: auto)"
     )
-    out.add_argument("-v", "--verbose", action="store_true", help="show per-GPU details under each check")
+    out.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show every check with its details (default: what falls short)",
+    )
     out.add_argument(
         "--summary",
         action="store_true",
@@ -80,8 +87,9 @@ def _operation_options(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--profile",
         choices=tuple(PROFILES),
-        help="passive: reads only, for Slurm's HealthCheckProgram; prolog/epilog: short, exit non-zero only; "
-        "full: everything (default); burnin: full plus a 10-minute stress run",
+        help="passive: reads only, for Slurm's HealthCheckProgram; prolog/epilog: short, for Slurm's job prolog and "
+        "epilog; standard (default): every check that runs no GPU job, within a minute; full: the GPU workload and "
+        "DCGM's level-2 diagnostic too (minutes); burnin: full plus a 10-minute stress run",
     )
     run.add_argument(
         "--deadline",
@@ -145,6 +153,7 @@ def _environment_options(p: argparse.ArgumentParser) -> None:
     env.add_argument(
         "--host-root",
         default="/",
+        type=host_root,
         metavar="DIR",
         help="where the node's /sys and /proc are read for the host hardware checks (a fixture tree in tests)",
     )
@@ -253,15 +262,25 @@ def check(request: Request, started: float) -> int:
     checks = list(request.checks)
     needs = set().union(*(c.needs for c in checks)) & set(gather.GATHERERS)
     when = now_iso()
+    out = request.output
+    line = progress(
+        "hostcheck",
+        sys.stderr,
+        out.json or out.summary,
+        request.slurm_drain,
+        limit_s=options.deadline - started,
+    )
     with _Watchdog(options.deadline, request.profile.name):
-        snapshot = gather.gather(options, needs)
-        # Children of gatherers the deadline cut off die now, not at their own limits; nothing new starts.
-        overran = time.monotonic() >= options.deadline
-        if overran:
-            kill_all()
-        results, v = evaluate(
-            snapshot, checks, request.fail_level, request.min_score, request.timeout_s, options.deadline
-        )
+        with line:  # erased before the report is printed
+            snapshot = gather.gather(replace(options, progress=line), needs)
+            # Children of gatherers the deadline cut off die now, not at their own limits; nothing new starts.
+            overran = time.monotonic() >= options.deadline
+            if overran:
+                kill_all()
+            line.begin(f"judging {len(checks)} checks")
+            results, v = evaluate(
+                snapshot, checks, request.fail_level, request.min_score, request.timeout_s, options.deadline
+            )
         report = build_report(snapshot, results, v, started, when, request.profile.name)
         code = emit(report, request.output)
         if request.slurm_drain:
@@ -333,7 +352,8 @@ def emit(report: Report, output: Output) -> int:
             colour = output.color == "always" or (
                 output.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
             )
-            sys.stdout.write(render_text(report, colour=colour, verbose=output.verbose))
+            width = terminal_width(sys.stdout)
+            sys.stdout.write(render_text(report, colour=colour, verbose=output.verbose, width=width))
         sys.stdout.flush()
     except BrokenPipeError:  # `hostcheck | head`: the reader left; the verdict still stands
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -91,6 +91,7 @@ def build_request(args: argparse.Namespace, catalogue: list[Check], started: flo
     if not 0 <= min_score <= 100:
         raise ArgumentError(None, "--min-score must be 0-100")
     burn = profile.burn_s if args.burn is None else args.burn
+    _workload_needs_a_profile_that_runs_it(args, profile)
     sections, section_args = _validate_workload(args, burn)
     _validate_environment(output)
     options = gather.Options(
@@ -118,6 +119,10 @@ def build_request(args: argparse.Namespace, catalogue: list[Check], started: flo
         state_file=args.state_file,
         dcgm_level=profile.dcgm_level,
     )
+    if options.state_path and {"hardware", "rdma"} & {n for c in checks for n in c.needs}:
+        clash = _state_file_error(options.state_path, output)
+        if clash:
+            raise ArgumentError(None, clash)
     return replace(
         request,
         fail_level=args.fail_level or cfg.fail_level or "fail",
@@ -148,6 +153,29 @@ def _select(
     if checks and not allowed:
         raise ArgumentError(None, f"the {profile.name} profile runs none of the selected checks")
     return allowed
+
+
+def _workload_needs_a_profile_that_runs_it(args: argparse.Namespace, profile: Profile) -> None:
+    """An option of the GPU workload under a profile that runs none (the default's included) is refused: the long
+    run is asked for by name (--profile full), never started by an option's side effect nor dropped in silence."""
+    if "workload" in profile.needs:
+        return
+    given = [
+        flag
+        for flag, value in (
+            ("--burn", args.burn),
+            ("--nnodes", args.nnodes),
+            ("--workload-sections", args.workload_sections),
+            ("--workload-section-args", args.workload_section_args),
+        )
+        if value
+    ]
+    if given:
+        raise ArgumentError(
+            None,
+            f"{given[0]} sets up the GPU workload, which the {profile.name} profile does not run: "
+            "add --profile full",
+        )
 
 
 def _validate_workload(
@@ -184,6 +212,23 @@ def _validate_environment(output: Output) -> None:
     bad_path = paths_error([("--prometheus", output.prometheus), ("--junit", output.junit)])
     if bad_path:
         raise ArgumentError(None, bad_path)
+
+
+def _state_file_error(path: str, output: Output) -> str | None:
+    """Why the state file cannot be ``path``: a report's path, or the standard output the report goes to (the
+    counters and the report would replace or corrupt each other)."""
+    key = os.path.realpath(path)
+    for flag, other in (("--prometheus", output.prometheus), ("--junit", output.junit)):
+        if other and os.path.realpath(other) == key:
+            return f"--state-file {path} and {flag} name the same file: give the counters a file of their own"
+    try:
+        st, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, AttributeError, ValueError):
+        return None
+    if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+        what = "the --json document" if output.json else "the report"
+        return f"--state-file {path} is the standard output, where {what} goes: give the counters a file of their own"
+    return None
 
 
 def _section_args(text: str | None) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 ``hostcheck baseline`` records on a known-good node and the roles deploy per inventory group. Pure functions of the
 Snapshot; the reading is hostcheck.gather.inventory, the memory tolerance hostcheck/data/thresholds.json
 (docs/baseline.md). Each fault is reported by one check: a device missing by the check of its kind (E003 NVMe, E004
-ports, E005 GPUs), never again by the link check (E006).
+network ports, E005 GPUs; the RDMA ports the baseline records by fabric.E001, E002 and E006, which take each port's
+expectations from it), never again by the link check (E006).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hostcheck.checks.gpu import _config
 from hostcheck.config import DEFAULT_PATH, Baseline
 from hostcheck.gather.base import NO_PERMISSION, NOT_FOUND, Unavailable
 from hostcheck.gather.inventory import NodeInventory, Port
-from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, check, errored, failed, passed, plural, skipped, warned
 
 MAKE_ONE = (
     "on a known-good node of this type run 'hostcheck baseline --write {path}' (or set gpunode_health_baseline "
@@ -86,7 +87,8 @@ def cpu(s: Any) -> Outcome:
         warns.append(f"CPU model {inv.cpu.model!r}, the baseline has {b.cpu_model!r}")
     c = inv.cpu
     ok = (
-        f"{c.model or 'CPU'}: {c.sockets} socket(s), {c.cores} cores, {c.threads} threads, as in the baseline"
+        f"{c.model or 'CPU'}: {plural(c.sockets, 'socket')}, {plural(c.cores, 'core')}, "
+        f"{plural(c.threads, 'thread')}, as in the baseline"
     )
     hint = "a missing socket or cores switched off in the firmware (SMT, core count): " + REPLACED
     return _verdict(fails, warns, ok, [], hint)
@@ -128,9 +130,9 @@ def nvme(s: Any) -> Outcome:
     details = [f"{d.name}: {d.model} {d.size_bytes / 1e9:.0f} GB" for d in inv.nvme]
     fails, warns = [], []
     if len(inv.nvme) < len(want):
-        fails.append(f"{len(inv.nvme)} NVMe drive(s), the baseline has {len(want)}")
+        fails.append(f"{plural(len(inv.nvme), 'NVMe drive')}, the baseline has {len(want)}")
     elif len(inv.nvme) > len(want):
-        warns.append(f"{len(inv.nvme)} NVMe drive(s), the baseline has {len(want)}")
+        warns.append(f"{plural(len(inv.nvme), 'NVMe drive')}, the baseline has {len(want)}")
     missing = wanted - have
     extra = have - wanted
     if missing and not fails:
@@ -140,7 +142,7 @@ def nvme(s: Any) -> Outcome:
         warns.append(f"found {found} where the baseline has {gone}")
     elif missing:
         details.append("missing: " + ", ".join(f"{m} ({b / 1e9:.0f} GB)" for m, b in missing.elements()))
-    ok = f"{len(inv.nvme)} NVMe drive(s), models and sizes as in the baseline"
+    ok = f"{plural(len(inv.nvme), 'NVMe drive')}, models and sizes as in the baseline"
     hint = "a drive that dropped off the bus (see 'nvme list' and the kernel log) or was removed: " + REPLACED
     return _verdict(fails, warns, ok, details, hint)
 
@@ -165,31 +167,25 @@ def _ports(
     return fails, warns
 
 
-@check("baseline.E004", "Network and RDMA ports at their baseline rates", weight=5, needs=("inventory",))
+@check("baseline.E004", "Network ports at their baseline speeds", weight=5, needs=("inventory",))
 def ports(s: Any) -> Outcome:
-    got = _setup(s, "network or RDMA ports", lambda b: (b.nics or ()) + (b.rdma or ()))
+    rdma = "; its RDMA ports are judged by fabric.E001, E002 and E006 (one check per fault)"
+    got = _setup(s, "network ports", lambda b: b.nics)
     if isinstance(got, Outcome):
-        return got
-    inv, b, _part = got
-    fails, warns, details = [], [], []
-    for kind, unit, have, want in (
-        ("port", "Mb/s", inv.nics, b.nics),
-        ("RDMA port", "Gb/s", inv.rdma, b.rdma),
-    ):
-        if want is None:
-            continue
-        if isinstance(have, Unavailable):
-            return _unavailable(f"{kind}s", have)
-        f, w = _ports(kind, unit, have, want)
-        fails += f
-        warns += w
-        details += [f"{p.name}: {'down' if p.rate is None else f'{p.rate:g} {unit}'}" for p in have]
-    n = len(b.nics or ()) + len(b.rdma or ())
+        b = _config(s).baseline
+        return skipped(got.message + rdma, hint=got.hint) if b is not None and b.rdma else got
+    inv, b, want = got
+    if isinstance(inv.nics, Unavailable):
+        return _unavailable("ports", inv.nics)
+    fails, warns = _ports("port", "Mb/s", inv.nics, want)
+    details = [f"{p.name}: {'down' if p.rate is None else f'{p.rate:g} Mb/s'}" for p in inv.nics]
+    if b.rdma:
+        details.append("RDMA ports: judged against this baseline by fabric.E001, E002 and E006")
     hint = (
-        "a port down or trained at a lower rate: check the cable and transceiver ('ethtool <port>', "
-        "'ibstat', 'mlxlink'), then " + REPLACED
+        "a port down or trained at a lower speed: check the cable and transceiver ('ethtool <port>', 'ip link'), "
+        "then " + REPLACED
     )
-    return _verdict(fails, warns, f"{n} port(s) up at their baseline rates", details, hint)
+    return _verdict(fails, warns, f"{plural(len(want), 'port')} up at their baseline speeds", details, hint)
 
 
 @check("baseline.E005", "GPUs and their VBIOS as in the baseline", weight=5, needs=("inventory", "nvml"))
@@ -218,7 +214,7 @@ def gpus(s: Any) -> Outcome:
         "gpu.E001/E002 and the kernel log; " + REPLACED
     )
     return _verdict(
-        fails, warns, f"{len(want)} GPU(s) at their addresses on the baseline's VBIOS", details, hint
+        fails, warns, f"{plural(len(want), 'GPU')} at the baseline's addresses, on its VBIOS", details, hint
     )
 
 
@@ -264,7 +260,8 @@ def pcie(s: Any) -> Outcome:
         "a narrower or slower link means a badly seated card, riser or cable: reseat it, check "
         "'lspci -vvv -s <address>' (LnkSta) under load and the BIOS PCIe settings; " + REPLACED
     )
-    return _verdict(fails, warns, f"{judged} PCIe link(s) at their baseline width and speed", details, hint)
+    ok = f"{plural(judged, 'PCIe link')} at the baseline's width and speed"
+    return _verdict(fails, warns, ok, details, hint)
 
 
 def _speed(gts: float | None) -> str:
@@ -283,7 +280,7 @@ def numa(s: Any) -> Outcome:
     details = [f"node{i}: CPUs {c}" for i, c in enumerate(have)]
     if len(have) != len(want):
         return warned(
-            f"{len(have)} NUMA node(s), the baseline has {len(want)}",
+            f"{plural(len(have), 'NUMA node')}, the baseline has {len(want)}",
             hint="a firmware setting changed the NUMA layout (NPS on AMD, SNC on Intel), or a socket is "
             "missing (baseline.E001); set it back in the BIOS, or record the node type again with 'hostcheck baseline'",
             details=tuple(details),
@@ -296,4 +293,4 @@ def numa(s: Any) -> Outcome:
             "or record the node type again with 'hostcheck baseline'",
             details=tuple(details),
         )
-    return passed(f"{len(have)} NUMA node(s) with the baseline's CPUs", details=tuple(details))
+    return passed(f"{plural(len(have), 'NUMA node')} with the baseline's CPUs", details=tuple(details))

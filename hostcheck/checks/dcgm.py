@@ -21,7 +21,7 @@ from hostcheck.gather.dcgm import (
     DiagReport,
     DiagResult,
 )
-from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, check, errored, failed, passed, plural, skipped, warned
 
 INSTALL_HINT = (
     "install DCGM (NVIDIA's datacenter-gpu-manager package and its nvidia-dcgm service): "
@@ -42,10 +42,16 @@ FIX = (
 BUCKETS = {"deployment": "gpu.E030", "integration": "gpu.E031", "hardware": "gpu.E032", "stress": "gpu.E033"}
 #: A category DCGM adds later is judged with the hardware tests: never dropped.
 OTHER = "gpu.E032"
+#: DCGM's software plugin (nvvs/include/PluginStrings.h: SW_PLUGIN_NAME "software", SW_PLUGIN_CATEGORY
+#: Deployment) checks the driver, libraries and permissions, not the GPU: its results are deployment results
+#: whatever category a dcgmi prints them under (3.1 prints them as "Custom"), never hardware faults.
+SOFTWARE_TESTS = ("software",)
 
 
-def _bucket(category: str) -> str:
-    return BUCKETS.get(category.lower(), OTHER)
+def _bucket(r: DiagResult) -> str:
+    if r.test.lower() in SOFTWARE_TESTS:
+        return BUCKETS["deployment"]
+    return BUCKETS.get(r.category.lower(), OTHER)
 
 
 def _dcgm(s: Any) -> DcgmSnapshot | Outcome:
@@ -89,7 +95,7 @@ def _judge(s: Any, cid: str, label: str) -> Outcome:
     diag = _diag(s, cid)
     if isinstance(diag, Outcome):
         return diag
-    rows = [r for r in diag.results if _bucket(r.category) == cid]
+    rows = [r for r in diag.results if _bucket(r) == cid]
     if not rows:
         return skipped(f"dcgmi diag -r {diag.level} ran no {label} test")
     version = f"DCGM {diag.version}, " if diag.version else ""
@@ -108,6 +114,10 @@ def _judge(s: Any, cid: str, label: str) -> Outcome:
     value = len(fails)  # DCGM results that failed: a count, for the report and Prometheus
     if fails:
         return failed("DCGM " + "; ".join(fails + warns), hint=hint, value=value, details=details)
+    if diag.dropped:  # what was not read may hold a failure: never a pass
+        unknown.append(
+            f"{plural(diag.dropped, 'result')} past the first {len(diag.results)} not read, not judged"
+        )
     if warns or unknown:
         return warned("DCGM " + "; ".join(warns + unknown), hint=hint, value=value, details=details)
     passes = sum(r.status == PASS for r in rows)
@@ -115,7 +125,7 @@ def _judge(s: Any, cid: str, label: str) -> Outcome:
         return skipped(
             f"DCGM {label} tests could not run: " + "; ".join(notrun), value=value, details=details
         )
-    msg = f"{passes} DCGM {label} result(s) passed ({version}dcgmi diag -r {diag.level})"
+    msg = f"{plural(passes, f'DCGM {label} result')} passed ({version}dcgmi diag -r {diag.level})"
     if notrun:
         msg += f"; not run: {'; '.join(notrun)}"
     return passed(msg, value=value, details=details)

@@ -1,265 +1,345 @@
-"""RDMA fabric checks (fabric.E001-E009): ports, rates, error counters and link-down events since the last run,
-NIC firmware, GPU-NIC placement, ACS on the paths between them, the GPUDirect RDMA path and the NCCL variables of
-the training environment. Pure functions of the Snapshot; the reading is hostcheck.gather.rdma, the thresholds
-hostcheck/data/thresholds.json, the expected fabric ``[fabric]`` in the configuration (docs/fabric.md).
+"""RDMA fabric checks (fabric.E001-E008): ports by role, rates, error counters and link-down events per unit of
+time, NIC firmware, GPU-NIC placement in NCCL's words, ACS on the paths between them and the GPUDirect RDMA path.
+Pure functions of the Snapshot; the reading is hostcheck.gather.rdma, the roles and expectations
+hostcheck.checks.fabric_plan, the thresholds hostcheck/data/thresholds.json, NCCL's configuration fabric.E009
+(hostcheck.checks.fabric_nccl). docs/fabric.md says what is judged and from where.
 
 A node without an RDMA device gets skips that say so, never a fail; what could not be read is said, never judged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from hostcheck.checks.fabric_plan import (
+    MISSING_FIX,
+    PORT_FIX,
+    Fabric,
+    distance_words,
+    group,
+    missing_rail_lines,
+    rdma_of,
+    setup,
+    up,
+    verdict,
+    within,
+)
 from hostcheck.checks.gpu import _config
-from hostcheck.gather.base import NOT_FOUND, Unavailable
+from hostcheck.config import RAIL
 from hostcheck.gather.rdma import (
-    APART,
     ERROR_COUNTERS,
     LINK_DOWNED,
-    NUMA,
-    SWITCH,
+    WINDOW_S,
     RdmaPort,
     RdmaSnapshot,
-    nccl_list,
-    pair_gpus,
+    per,
+    saturated,
 )
-from hostcheck.gather.state import FIRST, RISING
-from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
+from hostcheck.gather.rdma_topology import NEAR, PXB
+from hostcheck.gather.state import FIRST, RISING, SAME
+from hostcheck.registry import Outcome, Status, check, failed, passed, plural, skipped, warned
 
-#: GCM's error counters but link_downed, which is judged on its own (fabric.E004).
-RISING_ERRORS = tuple(c for c in ERROR_COUNTERS if c != LINK_DOWNED)
-UP_STATE, UP_PHYS = "ACTIVE", "LinkUp"
-#: NCCL_NET_GDR_LEVEL's values (NCCL's environment variable documentation); integers are its legacy form.
-GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
-PORT_FIX = (
-    "check the cable, transceiver and switch port ('ibstat', 'ibv_devinfo -v'; for RoCE 'ip link' and the switch), "
-    "reseat or replace the cable; a port that stays down needs the node drained"
-)
 COUNTER_FIX = (
-    "a cable or transceiver is going bad: look at the port's counters over time ('perfquery -x' or the files "
-    "under /sys/class/infiniband/<dev>/ports/<n>/counters/), reseat or replace the cable, drain the node if "
-    "they keep rising"
+    "a cable or transceiver is going bad: watch the port's counters ('perfquery -x' or the files under "
+    "/sys/class/infiniband/<dev>/ports/<n>/counters/), reseat or replace the cable, drain the node if they keep "
+    "rising; a saturated counter is cleared with 'perfquery -R' (or a reboot) so it can count again"
 )
+#: Each error counter's line (a row of hostcheck/data/thresholds.json), what passing it is, and the unit the line
+#: is stated per ("": any rise past the row's count, whatever the time). NVIDIA NVSentinel's NIC health monitor
+#: lines where it gives one, Meta GCM's "any rise warns" for the rest.
+COUNTER_RULES = {
+    "symbol_error": ("rdma_symbol_error_fail_per_h", Status.FAIL, "h"),
+    "local_link_integrity_errors": ("rdma_fatal_counter_rise_fail", Status.FAIL, ""),
+    "excessive_buffer_overrun_errors": ("rdma_fatal_counter_rise_fail", Status.FAIL, ""),
+    "link_error_recovery": ("rdma_link_error_recovery_warn_per_min", Status.WARN, "min"),
+    "port_rcv_errors": ("rdma_port_rcv_errors_warn_per_s", Status.WARN, "s"),
+    "port_xmit_discards": ("rdma_port_xmit_discards_warn_per_s", Status.WARN, "s"),
+    LINK_DOWNED: ("rdma_link_downed_rise_fail", Status.FAIL, ""),
+}
+OTHER_RULE = ("rdma_error_rise_warn", Status.WARN, "")
+RISING_ERRORS = tuple(c for c in ERROR_COUNTERS if c != LINK_DOWNED)
+#: NCCL_NET_GDR_LEVEL when unset: NCCL uses GPUDirect RDMA up to PXB (src/graph/paths.cc, ncclTopoCheckGdr).
+GDR_DEFAULT = PXB
 
 
-def _rdma(s: Any) -> RdmaSnapshot | Outcome:
-    r = getattr(s, "rdma", None)
-    if not isinstance(r, RdmaSnapshot):
-        return skipped("RDMA fabric not gathered")
-    if isinstance(r.devices, Unavailable):
-        if r.devices.kind == NOT_FOUND:
-            return skipped(f"no RDMA device on this node ({r.devices.reason})")
-        return errored(f"RDMA devices could not be read: {r.devices.reason}")
-    if not r.devices:
-        return skipped("no RDMA device on this node (/sys/class/infiniband is empty)")
-    return r
+def _down_what(p: RdmaPort) -> str:
+    return f"state {p.state or '?'}, physical state {p.phys_state or '?'}"
 
 
-def _ports(r: RdmaSnapshot) -> list[RdmaPort]:
-    return [p for d in r.devices for p in d.ports] if isinstance(r.devices, tuple) else []
-
-
-def _up(p: RdmaPort) -> bool:
-    return p.state == UP_STATE and p.phys_state == UP_PHYS
-
-
-def _gpu_names(s: Any) -> dict[str, str]:
-    """sysfs PCI address -> "GPU <index>" from NVML, where NVML is there."""
-    out: dict[str, str] = {}
-    for g in getattr(getattr(s, "nvml", None), "gpus", None) or ():
-        bus = g.pci_bus_id if isinstance(g.pci_bus_id, str) else ""
-        dom, _colon, rest = bus.lower().partition(":")
-        if rest and dom and len(dom) <= 8 and all(c in "0123456789abcdef" for c in dom):
-            out[f"{int(dom, 16):04x}:{rest}"] = f"GPU {g.index}"
-    return out
-
-
-def _gpu(names: dict[str, str], address: str) -> str:
-    return f"{names[address]} ({address})" if address in names else f"GPU {address}"
-
-
-def _history(r: RdmaSnapshot) -> str:
-    st = r.state
-    if st.read_error is not None:
-        return f"no usable history ({st.read_error.reason}): baseline recorded now"
-    if "rdma" not in st.previous:
-        return "first run: baseline recorded, rises are judged from the next run"
-    return ""
-
-
-@check("fabric.E001", "RDMA ports up (count, state, physical state, link layer)", weight=8, needs=("rdma",))
+# long: the port findings (down, link layer, class counts, the baseline's missing ports, missing rails) in one pass
+@check("fabric.E001", "RDMA ports up and present, by role (rails vs the rest)", weight=8, needs=("rdma",))
 def ports_up(s: Any) -> Outcome:
-    r = _rdma(s)
-    if isinstance(r, Outcome):
-        return r
-    want = _config(s).fabric
-    ports = _ports(r)
-    fails, warns, unread = [], [], []
+    f = setup(s)
+    if isinstance(f, Outcome):
+        return f
+    ports = f.ports
+    fails: list[tuple[str, str]] = []
+    warns: list[tuple[str, str]] = []
+    briefs: list[str] = []
+    notes: list[str] = []
+    unread = [p for p in ports if not p.state or not p.phys_state]
+    missing_device = False
     for p in ports:
-        if not p.state or not p.phys_state:  # not readable: said, never judged
-            unread.append(f"{p.name}: state not readable")
-        elif not _up(p):
-            fails.append(f"{p.name}: state {p.state or '?'}, physical state {p.phys_state or '?'}")
-        if want.link_layer and p.link_layer and p.link_layer != want.link_layer:
-            fails.append(f"{p.name}: link layer {p.link_layer or '?'}, expected {want.link_layer}")
-    if want.expected_ports is not None and len(ports) < want.expected_ports:
-        fails.append(f"{len(ports)} RDMA port(s), expected {want.expected_ports}")
-    elif want.expected_ports is not None and len(ports) > want.expected_ports:
-        warns.append(f"{len(ports)} RDMA port(s), more than the {want.expected_ports} expected")
-    expected = want.expected_ports if want.expected_ports is not None else None
-    if fails:
-        return failed(
-            "; ".join(fails + warns),
-            value=len(ports),
-            expected=expected,
-            hint=PORT_FIX,
-            details=tuple(unread),
-        )
-    if unread and len(unread) == len(ports):
-        return skipped(f"no RDMA port state readable ({len(ports)} port(s))", details=tuple(unread))
-    if warns:
-        return warned(
-            "; ".join(warns), value=len(ports), expected=expected, hint="set [fabric] expected_ports"
-        )
+        key, role = (p.device, p.port), f.role(p.device)
+        want = f.want.get(key)
+        if p in unread:
+            continue
+        if not up(p):
+            what = _down_what(p)
+            if (want and want.up and not want.unsure) or (want is None and role == RAIL):
+                fails.append((what, p.name + f.rail_of(p.device)))
+                briefs.append(f"{p.short} {p.state or 'down'}/{p.phys_state or '?'}")
+            elif (want and want.up) or (want is None and role is None):
+                why = "no GPU PCI path read: not known to be a rail" if role is None else want.source
+                warns.append((f"{what} ({why})", p.name))
+                briefs.append(f"{p.short} {p.state or 'down'}/{p.phys_state or '?'}")
+            else:
+                notes.append(f"{p.name}: {what} (not a rail, nothing expects it up: not judged)")
+        if want and want.link_layer and p.link_layer and p.link_layer != want.link_layer:
+            what = f"link layer {p.link_layer}, expected {want.link_layer} ({want.source})"
+            (warns if want.unsure else fails).append((what, p.name))
+            briefs.append(f"{p.short} {p.link_layer}, not {want.link_layer}")
+    # Rails on another link layer than most rails, where nothing sets one: a warning only.
+    if f.rail_set is not None:
+        rail_ports = [p for p in ports if p.device in f.rail_set and p.link_layer]
+        layers = [p.link_layer for p in rail_ports]
+        common = max(set(layers), key=layers.count) if layers else ""
+        for p in rail_ports:
+            want = f.want.get((p.device, p.port))
+            if p.link_layer != common and not (want and want.link_layer):
+                warns.append((f"link layer {p.link_layer}, the other rails {common}", p.name))
+                briefs.append(f"{p.short} {p.link_layer}, rails {common}")
+    lines_f, lines_w = group(fails), group(warns)
+    # The baseline's ports that are gone, with the GPU each served.
+    present = {f"{p.device}:{p.port}" for p in ports}
+    for name, _rate, _layer, gpu, _dist in f.baseline_rows().values():
+        if name not in present:
+            served = f", the rail of {f.gpu(gpu)}" if gpu else ""
+            lines_f.append(f"{name} missing (in the baseline{served})")
+            briefs.append(f"{name} missing" + (f" ({f.gpu_short(gpu)} rail)" if gpu else ""))
+            missing_device = True
+    # Each class's count; the rails' shortfall named by the GPUs left without one.
+    gone = missing_rail_lines(f)
+    for k in f.settings.classes():
+        if k.count is None:
+            continue
+        have = [p for p in ports if f.klass.get((p.device, p.port)) == k]
+        if len(have) < k.count:
+            named = [line for line, _p in gone] if k.role == RAIL else []
+            literal = [d for d in k.devices if not any(c in d for c in "*?[")]
+            absent = sorted(set(literal) - {p.device for p in have})
+            said = named + [f"{d} absent" for d in absent]
+            lines_f.append(
+                f"{len(have)} of "
+                + plural(k.count, f"'{k.name}' port")
+                + (": " + "; ".join(said) if said else "")
+            )
+            if named:
+                lead = f"{f.gpu_short(gone[0][1].gpu)} rail missing, "
+            else:
+                lead = f"{absent[0]} absent, " if absent else ""
+            briefs.append(f"{lead}{len(have)}/{k.count} {k.name}")
+            missing_device = True
+        elif len(have) > k.count:
+            lines_w.append(plural(len(have), f"'{k.name}' port") + f", more than the {k.count} expected")
+            briefs.append(f"{len(have)} {k.name} ports, {k.count} expected")
+    counted = any(k.count is not None and k.role == RAIL for k in f.settings.classes())
+    if gone and not counted and not f.baseline_rows():
+        # Nothing says how many rails: a GPU without one while the others have theirs is still worth a word.
+        for line, p in gone:
+            lines_w.append(line + ": a rail NIC missing?")
+            briefs.append(f"{f.gpu_short(p.gpu)}: no rail NIC within PXB")
+            missing_device = True
+    # Devices or ports past the reader's caps, or whose reading failed: the ports judged are not all there are.
+    for line in f.r.unread:
+        lines_w.append(line)
+        briefs.append(line[:60])
+    details = tuple(notes + [f"{p.name}: state not readable, not judged" for p in unread])
+    hint = "; ".join(h for h, on in ((MISSING_FIX, missing_device), (PORT_FIX, True)) if on)
+    if not lines_f and not lines_w and unread and len(unread) == len(ports):
+        return skipped(f"no RDMA port state readable ({plural(len(ports), 'port')})", details=details)
     layers = sorted({p.link_layer for p in ports if p.link_layer})
-    up = len(ports) - len(unread)
-    msg = f"{up} RDMA port(s) ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})"
-    if unread:
-        msg += f" ({len(unread)} not readable, not judged)"
-    return passed(msg, value=len(ports), details=tuple(unread))
+    up_count = sum(1 for p in ports if up(p))
+    ok = f"{up_count} of {plural(len(ports), 'RDMA port')} ACTIVE/LinkUp ({', '.join(layers) or 'link layer unknown'})"
+    if f.rail_set is not None:
+        ok += f"; {sum(1 for p in ports if p.device in f.rail_set)} on GPU rails"
+    if len(ports) - up_count - len(unread):
+        ok += "; the others are not rails and nothing expects them up"
+    return verdict(lines_f, lines_w, briefs, ok, hint, value=len(ports), details=details)
 
 
-@check("fabric.E002", "RDMA port rate", weight=5, needs=("rdma",))
+@check(
+    "fabric.E002",
+    "RDMA port rate (each port against its expectation, else its peers)",
+    weight=5,
+    needs=("rdma",),
+)
 def port_rate(s: Any) -> Outcome:
-    r = _rdma(s)
-    if isinstance(r, Outcome):
-        return r
-    want = _config(s).fabric.rate_gbps
-    up = [p for p in _ports(r) if _up(p)]
-    unread = [f"{p.name}: rate unreadable ({p.rate_text or 'empty'})" for p in up if p.rate_gbps is None]
-    rated = [p for p in up if p.rate_gbps is not None]
+    f = setup(s)
+    if isinstance(f, Outcome):
+        return f
+    live = [p for p in f.ports if up(p)]
+    unread = [f"{p.name}: rate unreadable ({p.rate_text or 'empty'})" for p in live if p.rate_gbps is None]
+    rated = [p for p in live if p.rate_gbps is not None]
     if not rated:
         return skipped("no active port with a readable rate", details=tuple(unread))
     details = tuple(f"{p.name}: {p.rate_text}" for p in rated) + tuple(unread)
-    if want is not None:
-        slow = [p for p in rated if p.rate_gbps < want]
-        if slow:
-            what = "; ".join(f"{p.name} at {p.rate_gbps:g} Gb/s" for p in slow)
-            return failed(
-                f"{what}, expected {want:g} Gb/s ([fabric] rate_gbps)",
-                value=min(p.rate_gbps for p in slow),
-                unit="Gb/s",
-                expected=want,
-                hint="the link trained below its speed: " + PORT_FIX,
-                details=details,
-            )
-        return passed(
-            f"{len(rated)} active port(s) at {want:g} Gb/s or more",
-            unit="Gb/s",
-            expected=want,
-            details=details,
-        )
-    # Peers: ports of the same NIC model on the same link layer (a front-end NIC of another model is no peer).
-    board = {d.name: d.board_id for d in r.devices} if isinstance(r.devices, tuple) else {}
-    slow = []
-    for group in sorted({(p.link_layer, board.get(p.device, "")) for p in rated}):
-        peers = [p for p in rated if (p.link_layer, board.get(p.device, "")) == group]
+    fails, warns, briefs = [], [], []
+    judged = set()
+    for p in rated:
+        want = f.want.get((p.device, p.port))
+        if want and want.rate_gbps:
+            judged.add(p.name)
+            if p.rate_gbps < want.rate_gbps:
+                what = f"at {p.rate_gbps:g} Gb/s, expected {want.rate_gbps:g} ({want.source})"
+                (warns if want.unsure else fails).append((what, p.name))
+                briefs.append(f"{p.short} at {p.rate_gbps:g} Gb/s of {want.rate_gbps:g}")
+    # Peers: ports nothing sets a rate for, of one NIC model, link layer and role (a front-end NIC is no peer).
+    board = {d.name: d.board_id for d in f.r.devices}
+    free = [p for p in rated if p.name not in judged]
+    peer_key = {p.name: (p.link_layer, board.get(p.device, ""), f.role(p.device)) for p in free}
+    for key in sorted(set(peer_key.values()), key=str):
+        peers = [p for p in free if peer_key[p.name] == key]
         top = max(p.rate_gbps for p in peers)
-        slow += [(p, top) for p in peers if p.rate_gbps < top]
-    if slow:
-        what = "; ".join(f"{p.name} at {p.rate_gbps:g} Gb/s, its peers at {top:g}" for p, top in slow)
-        return warned(
-            f"{what} (no [fabric] rate_gbps set: compared with the node's other ports)",
-            hint="the link trained below its peers' speed: "
-            + PORT_FIX
-            + "; set [fabric] rate_gbps to judge it",
-            details=details,
-        )
-    return passed(
-        f"{len(rated)} active port(s), all at the same rate as their peers (no [fabric] rate_gbps set)",
-        details=details,
+        for p in peers:
+            if p.rate_gbps < top:
+                warns.append(
+                    (f"at {p.rate_gbps:g} Gb/s, its peers at {top:g} (no expected rate set)", p.name)
+                )
+                briefs.append(f"{p.short} at {p.rate_gbps:g} Gb/s, peers {top:g}")
+    hint = (
+        "the link trained below its speed: " + PORT_FIX + "; [fabric] or the baseline sets the expected rate"
     )
+    ok = f"{plural(len(rated), 'active port')}: {len(judged)} at their expected rate"
+    if len(judged) < len(rated):
+        ok += f", {len(rated) - len(judged)} at their peers' rate (nothing sets theirs)"
+    kw = {"unit": "Gb/s", "value": min(p.rate_gbps for p in rated), "details": details}
+    return verdict(group(fails), group(warns), briefs, ok, hint, **kw)
 
 
-def _rises(r: RdmaSnapshot, names: tuple[str, ...]) -> tuple[dict[str, int], list[str]]:
-    """Per port: the increments of ``names`` since the last run; and the per-counter lines."""
-    rises: dict[str, int] = {}
-    lines = []
-    for p in _ports(r):
+def _history(r: RdmaSnapshot) -> Outcome | None:
+    st = r.state
+    if st.read_error is not None:
+        return skipped(f"no usable history ({st.read_error.reason}): the counters were recorded now")
+    if "rdma" not in st.previous:
+        return skipped("first run: the counters were recorded; they are judged from the next run on")
+    return None
+
+
+def _dur(seconds: float) -> str:
+    for unit in ("h", "min"):
+        if seconds >= WINDOW_S[unit]:
+            return f"{seconds / WINDOW_S[unit]:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+# long: one pass over every port's counters, each against its own line, unit and saturation
+def _counter_findings(f: Fabric, names: tuple[str, ...], s: Any) -> Outcome:
+    r = f.r
+    th = _config(s).thresholds
+    elapsed = r.state.elapsed_s(r.taken_at, "rdma")
+    fails: list[tuple[str, str]] = []
+    warns: list[tuple[str, str]] = []
+    briefs: list[str] = []
+    notes: list[str] = []
+    judged = 0
+    unread = [p for p in f.ports if p.counters_unread]
+    for p in f.ports:
+        if p in unread:
+            continue
+        judged += 1
         for k in names:
             if k not in p.counters:
                 continue
             t = r.state.trend("rdma", f"{p.device}:{p.port}.{k}", p.counters[k])
-            if t.kind == RISING:
-                rises[p.name] = rises.get(p.name, 0) + t.delta
-                lines.append(f"{p.name} {k}: +{t.delta} since the last run (now {t.value})")
-            elif t.kind == FIRST and t.value:
-                lines.append(f"{p.name} {k}: {t.value} since the counters were cleared (baseline)")
-    return rises, lines
+            full = saturated(k, t.value)
+            if full and t.kind == SAME:
+                notes.append(
+                    f"{p.name}: {k} saturated at {t.value}: it cannot rise, so its events are not judged"
+                )
+                continue
+            if t.kind == FIRST and t.value:
+                notes.append(f"{p.name}: {k} {t.value} since the counters were cleared (recorded now)")
+            if t.kind != RISING:
+                continue
+            row, severity, unit = COUNTER_RULES.get(k, OTHER_RULE)
+            line = getattr(th, row)
+            sat = f", now saturated at {t.value}: at least that many" if full else ""
+            if unit and elapsed is None:
+                notes.append(
+                    f"{p.name}: {k} +{t.delta}{sat}; rate not judged (the last reading's time unknown)"
+                )
+                continue
+            span = f" in {_dur(elapsed)}" if elapsed is not None else ""
+            hourly = f"{per(t.delta, elapsed, 'h'):.3g}/h" if elapsed is not None else "rate unknown"
+            if unit:
+                rate = per(t.delta, elapsed, unit)
+                over = rate > line
+                said = f"{k} +{t.delta}{span}{sat}: {rate:.3g}/{unit}"
+                said += f" ({hourly})" if unit != "h" else ""
+                said += f", line {line:g}/{unit}"
+                if elapsed < WINDOW_S[unit]:
+                    said += f" (counted over a whole {unit})"
+                brief = f"{p.short} {k} {rate:.3g}/{unit}"
+            else:
+                over = t.delta >= line
+                said = f"{k} +{t.delta}{span}{sat} ({hourly}), line {line} new"
+                brief = f"{p.short} {k} +{t.delta} ({hourly})"
+            if over:
+                (fails if severity is Status.FAIL else warns).append((said, p.name))
+                briefs.append(brief)
+            else:
+                notes.append(f"{p.name}: {said}: below the line")
+    details = tuple(notes + [f"{p.name}: no counter read ({p.counters_unread}), not judged" for p in unread])
+    if not judged:
+        why = unread[0].counters_unread if unread else "no port"
+        return skipped(
+            f"no error counter readable on any of {plural(len(f.ports), 'port')} ({why})", details=details
+        )
+    history = _history(r)
+    if history is not None:
+        return dataclasses.replace(history, details=details)
+    period = f" over {_dur(elapsed)}" if elapsed is not None else ""
+    ok = f"{plural(judged, 'port')}{period}: no counter past its line"
+    if unread:
+        ok += f" ({plural(len(unread), 'port')} without readable counters, not judged)"
+    return verdict(group(fails), group(warns), briefs, ok, COUNTER_FIX, details=details)
 
 
-@check("fabric.E003", "RDMA port error counters rising", weight=5, needs=("rdma",))
+@check("fabric.E003", "RDMA port error counters per unit of time", weight=5, needs=("rdma",))
 def port_errors(s: Any) -> Outcome:
-    r = _rdma(s)
-    if isinstance(r, Outcome):
-        return r
-    th = _config(s).thresholds
-    rises, lines = _rises(r, RISING_ERRORS)
-    note = _history(r)
-    details = tuple(lines + ([note] if note else []))
-    bad = {n: d for n, d in rises.items() if d >= th.rdma_error_rise_warn}
-    if not bad:
-        return passed(f"{len(_ports(r))} port(s): no error counter rising", details=details)
-    msg = "; ".join(f"{n}: {d} new error(s)" for n, d in sorted(bad.items()))
-    worst = max(bad.values())
-    kw = dict(
-        value=worst, expected=f"fewer than {th.rdma_error_rise_warn}", hint=COUNTER_FIX, details=details
-    )
-    if worst >= th.rdma_error_rise_fail:
-        return failed(msg + f" (fail from {th.rdma_error_rise_fail})", **kw)
-    return warned(msg, **kw)
+    f = setup(s)
+    return f if isinstance(f, Outcome) else _counter_findings(f, RISING_ERRORS, s)
 
 
 @check("fabric.E004", "RDMA link-down events since the last run", weight=5, needs=("rdma",))
 def link_downed(s: Any) -> Outcome:
-    r = _rdma(s)
-    if isinstance(r, Outcome):
-        return r
-    limit = _config(s).thresholds.rdma_link_downed_rise_fail
-    rises, lines = _rises(r, (LINK_DOWNED,))
-    note = _history(r)
-    details = tuple(lines + ([note] if note else []))
-    bad = {n: d for n, d in rises.items() if d >= limit}
-    if bad:
-        return failed(
-            "; ".join(f"{n}: link went down {d} time(s) since the last run" for n, d in sorted(bad.items())),
-            value=max(bad.values()),
-            hint="the link flaps: " + COUNTER_FIX,
-            details=details,
-        )
-    return passed(
-        f"{len(_ports(r))} port(s): no link-down event since the last run", value=0, details=details
-    )
+    f = setup(s)
+    return f if isinstance(f, Outcome) else _counter_findings(f, (LINK_DOWNED,), s)
 
 
 @check("fabric.E005", "NIC firmware the same on every NIC of a model", weight=2, needs=("rdma",))
 def firmware(s: Any) -> Outcome:
-    r = _rdma(s)
+    r = rdma_of(s)
     if isinstance(r, Outcome):
         return r
     by_board: dict[str, dict[str, list[str]]] = {}
     for d in r.devices:
         if d.fw_ver:
             by_board.setdefault(d.board_id or "?", {}).setdefault(d.fw_ver, []).append(d.name)
-    drift = []
+    drift, briefs = [], []
     for board, versions in sorted(by_board.items()):
         if len(versions) > 1:
             common = max(versions, key=lambda v: len(versions[v]))
-            odd = [f"{', '.join(n)} at {v}" for v, n in sorted(versions.items()) if v != common]
-            drift.append(f"{'; '.join(odd)} (the other {board} NICs at {common})")
+            odd = [(v, n) for v, n in sorted(versions.items()) if v != common]
+            said = "; ".join(f"{', '.join(n)} at {v}" for v, n in odd)
+            drift.append(f"{said} (the other {board} NICs at {common})")
+            briefs.append(f"{odd[0][1][0]} fw {odd[0][0]}, others {common}")
     if drift:
         return warned(
             "firmware drift: " + "; ".join(drift),
+            brief=briefs[0],
             hint="flash every NIC of a model to the same firmware ('mlxfwmanager --query', then the site's image)",
         )
     if not by_board:
@@ -267,70 +347,92 @@ def firmware(s: Any) -> Outcome:
     return passed("; ".join(f"{board}: {next(iter(v))}" for board, v in sorted(by_board.items())))
 
 
-@check("fabric.E006", "Every GPU paired with a NIC (PCIe switch, else NUMA node)", weight=3, needs=("rdma",))
+@check("fabric.E006", "Each GPU's rail NIC near it (NCCL's PCIe distance)", weight=3, needs=("rdma",))
 def placement(s: Any) -> Outcome:
-    r = _rdma(s)
-    if isinstance(r, Outcome):
-        return r
-    if not r.gpus:
+    f = setup(s)
+    if isinstance(f, Outcome):
+        return f
+    if not f.r.gpus:
         return skipped("no GPU with a readable PCI path on this node")
-    if not r.nics:
+    if not f.r.nics:
         return skipped("no RDMA NIC with a readable PCI path on this node")
-    names = _gpu_names(s)
-    pairs = pair_gpus(r)
-    details = tuple(f"{_gpu(names, p.gpu)}: {p.nic or 'no NIC'} ({p.level})" for p in pairs)
-    far = [p for p in pairs if p.level != SWITCH]
-    if far:
-        what = "; ".join(
-            f"{_gpu(names, p.gpu)}: nearest NIC {p.nic} "
-            + ("on its NUMA node, not under its PCIe switch" if p.level == NUMA else "on another NUMA node")
-            for p in far
+    details = [
+        f"{f.gpu(p.gpu)}: {p.nic or 'no NIC'} {p.level}{' (shared)' if p.shared else ''}" for p in f.pairs
+    ]
+    gone = {p.gpu for _line, p in missing_rail_lines(f)}
+    expected = f.settings.max_distance
+    topo = [(st, src) for st, src, used in f.r.nccl.settings("NCCL_TOPO_FILE") if used and st.value]
+    by_nic = {row[0].split(":")[0]: row for row in f.baseline_rows().values() if row[4]}
+    fails, warns, briefs = [], [], []
+    for p in f.pairs:
+        if not p.nic or p.gpu in gone:  # a missing rail is fabric.E001's
+            continue
+        row = by_nic.get(p.nic)
+        limit, whence = (row[4], "the baseline") if row else (expected, "[fabric] max_distance")
+        said = distance_words(f, p)
+        if limit and not within(p.level, limit):
+            fails.append(f"{said}; {whence} expects {limit} or nearer")
+            briefs.append(f"{f.gpu_short(p.gpu)}-{p.nic} {p.level} (want {limit})")
+        elif not limit and p.level not in NEAR and topo:
+            details.append(f"{said}: not judged (NCCL_TOPO_FILE)")
+        elif not limit and p.level not in NEAR:
+            warns.append(f"{said}; NCCL uses GPUDirect RDMA up to {GDR_DEFAULT} by default")
+            briefs.append(f"{f.gpu_short(p.gpu)}-{p.nic} {p.level}")
+    hint = (
+        "GPUDirect RDMA wants the GPU and its NIC under one PCIe switch (PIX/PXB); NCCL stages through the CPU "
+        "beyond NCCL_NET_GDR_LEVEL (PXB by default): put the NIC in the slot the board's manual pairs with the "
+        "GPU, check the BIOS's PCIe bifurcation, or set [fabric] max_distance where this layout is by design"
+    )
+    if topo and not fails and not warns and any(d.endswith("(NCCL_TOPO_FILE)") for d in details):
+        st, src = topo[0]
+        return skipped(
+            f"NCCL_TOPO_FILE={st.value[:80]} ({src.where(st)}): NCCL takes the PCIe topology from that file, not "
+            "from sysfs (a VM shows no switches); distances beyond PXB are judged only against [fabric] "
+            "max_distance or a baseline",
+            details=tuple(details),
         )
-        return warned(
-            what,
-            hint="GPUDirect RDMA needs the GPU and NIC under one PCIe root complex, best one switch: move the NIC "
-            "to the GPU's riser/slot as the board's manual shows, or check the BIOS's PCIe bifurcation",
-            details=details,
-        )
-    return passed(f"{len(pairs)} GPU(s), each with a NIC under its PCIe switch", details=details)
+    ok = f"{plural(len(f.pairs), 'GPU')}, each with a NIC within {expected or GDR_DEFAULT}"
+    if gone:
+        ok += f" ({len(gone)} without a rail: fabric.E001)"
+    return verdict(fails, warns, briefs, ok, hint, details=tuple(details))
 
 
 @check("fabric.E007", "ACS off on the GPU-NIC PCIe paths", weight=5, needs=("rdma",))
 def acs_off(s: Any) -> Outcome:
-    r = _rdma(s)
-    if isinstance(r, Outcome):
-        return r
-    pairs = [p for p in pair_gpus(r) if p.nic and p.level != APART]
+    f = setup(s)
+    if isinstance(f, Outcome):
+        return f
+    pairs = [p for p in f.pairs if p.nic and within(p.level, "PHB")]
     if not pairs:
         return skipped("no GPU-NIC pair on this node")
-    names = _gpu_names(s)
-    on, unread = [], set()
+    on, briefs, unread = [], [], set()
     for p in pairs:
         for b in p.bridges:
-            acs = r.acs.get(b)
+            acs = f.r.acs.get(b)
             if acs is None or acs.enabled is None:
                 unread.add(f"{b}: {acs.why if acs else 'not read'}")
             elif acs.enabled:
-                on.append(
-                    f"bridge {b} between {_gpu(names, p.gpu)} and {p.nic}: ACSCtl {'+ '.join(acs.enabled)}+"
-                )
+                on.append(f"bridge {b} between {f.gpu(p.gpu)} and {p.nic}: ACSCtl {'+ '.join(acs.enabled)}+")
+                briefs.append(f"ACS on {b} ({f.gpu_short(p.gpu)}-{p.nic})")
     if on:
         return failed(
             "; ".join(dict.fromkeys(on)),
+            brief=briefs[0],
             hint="ACS redirects GPU-NIC traffic through the CPU's root complex: disable it in the BIOS (ACS / "
             "PCIe isolation) or at boot ('setpci -s <bridge> ECAP_ACS+0x6.w=0000'), as NCCL's troubleshooting "
             "guide says",
         )
     if unread:
         return skipped(
-            f"ACS not readable on {len(unread)} bridge(s) (run as root)", details=tuple(sorted(unread))
+            f"ACS not readable on {plural(len(unread), 'bridge')} (run as root)",
+            details=tuple(sorted(unread)),
         )
-    return passed(f"ACS off on every bridge between {len(pairs)} GPU(s) and their NICs")
+    return passed(f"ACS off on every bridge between {plural(len(pairs), 'GPU')} and the NICs")
 
 
 @check("fabric.E008", "GPUDirect RDMA path (nvidia-peermem or DMA-BUF)", weight=5, needs=("rdma",))
 def gpudirect(s: Any) -> Outcome:
-    r = _rdma(s)
+    r = rdma_of(s)
     if isinstance(r, Outcome):
         return r
     if not r.gpus:
@@ -344,77 +446,9 @@ def gpudirect(s: Any) -> Outcome:
         return skipped("NVIDIA kernel module not loaded: GPUDirect RDMA not judged")
     return failed(
         f"no GPUDirect RDMA path: neither nvidia-peermem loaded nor the open kernel modules (DMA-BUF) with "
-        f"{len(r.gpus)} GPU(s) and {len(r.devices)} RDMA device(s): NCCL stages every transfer through host memory",
+        f"{plural(len(r.gpus), 'GPU')} and {plural(len(r.devices), 'RDMA device')}: NCCL stages every transfer "
+        "through host memory",
+        brief=f"no GPUDirect path ({len(r.gpus)} GPUs, no peermem/DMA-BUF)",
         hint="install NVIDIA's open kernel modules (DMA-BUF, NVIDIA's recommendation) or load nvidia-peermem "
         "('modprobe nvidia-peermem', and list it in /etc/modules-load.d)",
     )
-
-
-def _matches(name: str, entries: list[tuple[str, int | None]], exact: bool) -> list[tuple[str, int | None]]:
-    return [(n, port) for n, port in entries if (name == n if exact else name.startswith(n))]
-
-
-@check(
-    "fabric.E009",
-    "NCCL variables name RDMA devices and interfaces that exist and are up",
-    weight=3,
-    needs=("rdma",),
-)
-def nccl_devices(s: Any) -> Outcome:
-    r = _rdma(s)
-    if isinstance(r, Outcome):
-        return r
-    env = r.nccl_env
-    where = f" ({r.env_file})" if r.env_file else ""
-    fails, warns, seen = [], [], []
-    ports = _ports(r)
-    hca = env.get("NCCL_IB_HCA")
-    if hca is not None:
-        seen.append(f"NCCL_IB_HCA={hca}")
-        exclude, exact, entries = nccl_list(hca)
-        if exclude:
-            left = [p for p in ports if not _matches(p.device, entries, exact) and _up(p)]
-            if not left:
-                fails.append(f"NCCL_IB_HCA={hca} excludes every active RDMA port")
-        for name, port in [] if exclude else entries:
-            hits = [
-                p
-                for p in ports
-                if _matches(p.device, [(name, port)], exact) and (port is None or p.port == port)
-            ]
-            if not hits:
-                fails.append(f"NCCL_IB_HCA names {name}{f':{port}' if port else ''}, which does not exist")
-            elif not any(_up(p) for p in hits):
-                fails.append(
-                    f"NCCL_IB_HCA names {name}: " + ", ".join(f"{p.name} {p.state or '?'}" for p in hits)
-                )
-    ifname = env.get("NCCL_SOCKET_IFNAME")
-    if ifname is not None and isinstance(r.netifs, dict):
-        seen.append(f"NCCL_SOCKET_IFNAME={ifname}")
-        exclude, exact, entries = nccl_list(ifname)
-        for name, _port in [] if exclude else entries:
-            hits = {n: st for n, st in r.netifs.items() if (n == name if exact else n.startswith(name))}
-            if not hits:
-                fails.append(f"NCCL_SOCKET_IFNAME names {name}, which matches no network interface")
-            elif not any(st in ("up", "unknown") for st in hits.values()):
-                fails.append(
-                    f"NCCL_SOCKET_IFNAME names {name}: " + ", ".join(f"{n} {st}" for n, st in hits.items())
-                )
-    gdr = env.get("NCCL_NET_GDR_LEVEL")
-    if gdr is not None:
-        seen.append(f"NCCL_NET_GDR_LEVEL={gdr}")
-        if gdr.strip().upper() not in GDR_LEVELS and not gdr.strip().isdigit():
-            warns.append(f"NCCL_NET_GDR_LEVEL={gdr} is not one of {', '.join(GDR_LEVELS)}")
-    if env.get("NCCL_IB_DISABLE", "").strip() == "1" and any(_up(p) for p in ports):
-        warns.append("NCCL_IB_DISABLE=1: NCCL will not use the active RDMA ports (sockets only)")
-    hint = (
-        f"fix the training environment{where}: name devices from 'ls /sys/class/infiniband' with an active port "
-        "('ibstat') and interfaces from 'ip link' (NCCL's environment variable documentation)"
-    )
-    if fails:
-        return failed("; ".join(fails + warns) + where, hint=hint)
-    if warns:
-        return warned("; ".join(warns) + where, hint=hint)
-    if not seen:
-        return passed(f"no NCCL device variable set{where}: NCCL chooses the devices itself")
-    return passed("; ".join(seen) + where + ": every named device exists and is up")

@@ -1,5 +1,13 @@
 """GPU checks: driver and NVML, count, ECC, row remapping, retired pages, PCIe, clocks, temperature,
-persistence, XID errors, foreign processes, NVSwitch fabric. Pure functions of the Snapshot."""
+persistence, XID errors, foreign processes, NVSwitch fabric. Pure functions of the Snapshot.
+
+A GPU that is lost (its NVML handle could not be had, or any call answered "lost" or "requires reset") is said
+once, by gpu.E002, with the fix (reset, then reseat); every other per-GPU check leaves it out and says so, so a
+lost GPU never gets a temperature, ECC or cooling verdict it was never read for.
+
+Why one module: every check here judges NVML's per-GPU answers through the same few helpers (``_per_gpu``, which
+leaves lost GPUs out, ``_missing``, ``gpu_name``) that the NVLink and consistency checks import too; split by
+topic, each part would import them back from a third module for a dozen lines each."""
 
 from __future__ import annotations
 
@@ -58,8 +66,13 @@ def _per_gpu(
         return early
     verdicts: list[tuple[GpuInfo, Status, str]] = []
     for g in s.nvml.gpus:
-        if g.handle_error is not None:
-            v: tuple[Status, str] | None = (Status.FAIL, f"GPU {g.index}: {g.handle_error.reason}")
+        gone = lost(g)
+        if gone is not None:
+            # One check says a GPU is lost (gpu.E002, with the fix); the others have nothing of it to judge.
+            v: tuple[Status, str] | None = (
+                Status.SKIP,
+                f"{gpu_name(g)}: not judged, the GPU is lost (gpu.E002)",
+            )
         else:
             v = judge(g)
         if v is not None:
@@ -77,6 +90,21 @@ def _per_gpu(
     return Outcome(worst, msg, hint=hint([g for g, _s, _t in bad]) if hint else None, details=details, **kw)
 
 
+def lost(g: GpuInfo) -> Unavailable | None:
+    """Why a GPU is lost (its handle could not be had, or any call answered 'lost' or 'requires reset'), or None."""
+    return g.handle_error if g.handle_error is not None else g.lost
+
+
+def gpu_name(g: GpuInfo) -> str:
+    """'GPU 3 (0000:b3:00.0)': the index and, where it was read, the PCI address."""
+    return f"GPU {g.index} ({g.pci_bus_id})" if isinstance(g.pci_bus_id, str) else f"GPU {g.index}"
+
+
+def mig_on(g: GpuInfo) -> bool:
+    """MIG mode is enabled now on this GPU (nvmlDeviceGetMigMode's current mode)."""
+    return isinstance(g.mig_mode, tuple) and bool(g.mig_mode[0])
+
+
 def _missing(g: GpuInfo, v: Any, what: str) -> tuple[Status, str] | None:
     if isinstance(v, Unavailable):
         if v.kind == NOT_SUPPORTED:
@@ -84,7 +112,7 @@ def _missing(g: GpuInfo, v: Any, what: str) -> tuple[Status, str] | None:
         if v.kind == NO_PERMISSION:
             return Status.SKIP, f"GPU {g.index}: {what} not readable without root (run hostcheck as root)"
         if v.kind == GPU_LOST:
-            return Status.FAIL, f"GPU {g.index}: {v.reason}"
+            return Status.SKIP, f"{gpu_name(g)}: not judged, the GPU is lost (gpu.E002)"
         return Status.ERROR, f"GPU {g.index}: {what}: {v.reason}"
     return None
 
@@ -97,6 +125,10 @@ def _idx(gs: list[GpuInfo]) -> str:
 def driver_and_nvml(s: Any) -> Outcome:
     n = s.nvml
     kmod = s.system.driver_version if s.system else None
+    if n.ok and not isinstance(n.driver_version, str):
+        # NVML answered, but no GPU it could reach told the driver's version (every GPU lost: gpu.E002 says).
+        said = f"kernel module {kmod}" if isinstance(kmod, str) else "driver version unknown"
+        return skipped(f"{said}; {n.source} answered but no GPU gave the driver version (see gpu.E002)")
     if n.ok:
         msg = f"driver {n.driver_version}, CUDA driver API {_cuda_str(n.cuda_driver_version)}"
         if n.source != "nvml":
@@ -138,13 +170,24 @@ def driver_and_nvml(s: Any) -> Outcome:
         return failed(
             f"no NVIDIA driver: {err.reason}", hint=fixes.driver_install(s.system.os_id, s.system.os_version)
         )
-    return errored(f"NVML could not start: {err.reason}", hint="run as root; check dmesg for NVRM errors")
+    hint = "check dmesg for NVRM errors (Xid 79: a GPU fell off the bus)"
+    if err.kind == NO_PERMISSION:
+        hint = "run hostcheck as root; " + hint
+    return errored(f"NVML could not start: {err.reason}", hint=hint)
 
 
 def _cuda_str(v: Any) -> str:
     if isinstance(v, int) and v > 0:
         return f"{v // 1000}.{(v % 1000) // 10}"
     return "unknown"
+
+
+#: The fix for a lost GPU: NVIDIA's recovery for a GPU that needs a reset or fell off the bus (Xid 79).
+LOST_HINT = (
+    "drain the node; reset the GPU with nothing running on it ('nvidia-smi -r -i {idx}') or reboot; a GPU that "
+    "is still lost after that, or that fell off the bus (dmesg: Xid 79), needs reseating or RMA; lspci -d 10de: "
+    "shows whether it is still on the PCI bus"
+)
 
 
 @check("gpu.E002", "GPU count", weight=10, needs=("nvml", "system", "facts"))
@@ -155,10 +198,25 @@ def gpu_count(s: Any) -> Outcome:
         expected = int(s.facts.get("gpunode_driver", "expected_gpu_count"))
         source = "gpunode_driver.fact expected_gpu_count"
     n = s.nvml
-    count = n.device_count if n.ok and isinstance(n.device_count, int) else 0
-    lost = [g for g in n.gpus if g.handle_error is not None or g.lost is not None] if n.ok else []
-    healthy = count - len(lost)
+    listed = len(n.gpus) if n.ok else 0
+    count = max(n.device_count if n.ok and isinstance(n.device_count, int) else 0, listed)
+    gone = [(g, lost(g)) for g in n.gpus if lost(g) is not None] if n.ok else []
+    healthy = count - len(gone)
     why = "" if n.ok else f" (NVML: {n.error.reason})"
+    if gone:
+        # A lost GPU is named with why, whatever count was expected: it needs a reset, not a driver install.
+        said = "; ".join(f"{gpu_name(g)}: {u.reason}" for g, u in gone)
+        first = gone[0][0]
+        brief = f"{gpu_name(first)} lost" + (f" (+{len(gone) - 1} more)" if len(gone) > 1 else "")
+        of = f" of {expected} expected ({source})" if expected is not None else ""
+        return failed(
+            f"{len(gone)} GPU(s) lost: {said}; {healthy} GPU(s) answer{of}",
+            value=healthy,
+            unit="GPUs",
+            expected=expected if expected is not None else ">= 1",
+            hint=LOST_HINT.format(idx=",".join(str(g.index) for g, _u in gone)),
+            brief=brief,
+        )
     if expected is None:
         if healthy == 0:
             return failed(
@@ -180,9 +238,8 @@ def gpu_count(s: Any) -> Outcome:
             hint=fixes.EXPECTED_GPUS,
         )
     if healthy < expected:
-        lost_txt = f"; lost: {', '.join(str(g.index) for g in lost)}" if lost else ""
         return failed(
-            f"{healthy} of {expected} GPUs visible ({source}){why}{lost_txt}",
+            f"{healthy} of {expected} GPUs visible ({source}){why}",
             value=healthy,
             unit="GPUs",
             expected=expected,
@@ -244,32 +301,51 @@ def ecc_errors(s: Any) -> Outcome:
     )
 
 
+#: NVML API reference, nvmlDeviceGetRemappedRows: "On MIG-enabled GPUs with active instances, querying the number
+#: of remapped rows is not supported"; nvidia-smi then prints [N/A].
+MIG_REMAP = (
+    "not readable while MIG is on (NVML does not report remapped rows of a MIG GPU with active instances)"
+)
+
+
 @check("gpu.E005", "Row remapping (pending / failed)", weight=10, needs=("nvml",))
 def row_remap(s: Any) -> Outcome:
     def judge(g: GpuInfo) -> tuple[Status, str] | None:
-        m = _missing(g, g.remapped_rows, "row remapping")
+        rr = g.remapped_rows
+        if isinstance(rr, Unavailable) and rr.kind == NOT_SUPPORTED and mig_on(g):
+            return Status.SKIP, f"GPU {g.index}: row remapping {MIG_REMAP}; not judged"
+        m = _missing(g, rr, "row remapping")
         if m:
             return m
-        _corr, unc, pending, failure = g.remapped_rows
+        try:
+            _corr, unc, pending, failure = rr
+        except (TypeError, ValueError):
+            unc = pending = failure = None
+        if not all(isinstance(v, (int, bool)) for v in (unc, pending, failure)):
+            return Status.ERROR, f"GPU {g.index}: row remapping state unreadable ({str(rr)[:60]}); not judged"
         if failure:
             return Status.FAIL, f"GPU {g.index}: row remapping FAILED (no spare rows left)"
         if pending:
-            return (
-                Status.FAIL,
-                f"GPU {g.index}: row remap pending ({unc} uncorrectable rows); needs a GPU reset",
+            reset = (
+                "a reset of the whole GPU (its MIG instances destroyed first)" if mig_on(g) else "a GPU reset"
             )
+            return Status.FAIL, f"GPU {g.index}: row remap pending ({unc} uncorrectable rows); needs {reset}"
         return Status.PASS, f"GPU {g.index}: none pending"
 
-    return _per_gpu(
-        s,
-        judge,
-        "no row remap pending or failed",
-        hint=lambda gs: (
-            f"drain the node and reset the GPU (nvidia-smi -r -i {_idx(gs)}) or reboot to apply the remap; "
+    def hint(gs: list[GpuInfo]) -> str:
+        mig = [g for g in gs if mig_on(g)]
+        first = (
+            f"MIG is on for GPU {_idx(mig)}: destroy its instances ('nvidia-smi mig -dci -i N', then "
+            "'nvidia-smi mig -dgi -i N'); "
+            if mig
+            else ""
+        )
+        return (
+            f"{first}drain the node and reset the GPU (nvidia-smi -r -i {_idx(gs)}) or reboot to apply the remap; "
             "a failed remap means RMA"
-        ),
-        expected="pending 0, failed 0",
-    )
+        )
+
+    return _per_gpu(s, judge, "no row remap pending or failed", hint=hint, expected="pending 0, failed 0")
 
 
 @check("gpu.E006", "Retired pages", weight=5, needs=("nvml",))
@@ -416,9 +492,15 @@ def _meaning(policy: Any, xid: int) -> str:
     return (policy.meaning.get(xid, ("",))[0]) or "not in the XID policy"
 
 
-def _xid_list(xids: list[int], policy: Any) -> str:
-    """'Xid 79 (GPU has fallen off the bus), Xid 95 (...)': each distinct XID with the policy's meaning."""
-    return ", ".join(f"Xid {x} ({_meaning(policy, x)})" for x in xids)
+def _on(pcis: list[str], names: dict[str, str]) -> str:
+    """'GPU 3 (0000:a1:00), GPU 0000:b3:00': where the XIDs were, by index where NVML names that address."""
+    return ", ".join(names.get(p, f"GPU {p}") for p in pcis)
+
+
+def _xid_list(xids: list[int], policy: Any, where: dict[int, list[str]], names: dict[str, str]) -> str:
+    """'Xid 79 (GPU has fallen off the bus) on GPU 3 (0000:a1:00), ...': each distinct XID with the policy's
+    meaning and the GPUs that logged it."""
+    return ", ".join(f"Xid {x} ({_meaning(policy, x)}) on {_on(where[x], names)}" for x in xids)
 
 
 @check("gpu.E011", "XID errors in the kernel log (recent window)", weight=8, needs=("nvml", "system"))
@@ -433,16 +515,20 @@ def xid_errors(s: Any) -> Outcome:
             return early
         return passed(f"no XID events ({sysm.xid_source})", value=0, unit="events", expected=0)
     policy = _config(s).xid
-    pci_to_idx = {}
+    names: dict[str, str] = {}
     for g in s.nvml.gpus if s.nvml and s.nvml.ok else ():
         if isinstance(g.pci_bus_id, BusId):
-            pci_to_idx[g.pci_bus_id.kernel] = g.index
+            names[g.pci_bus_id.kernel] = f"GPU {g.index} ({g.pci_bus_id.kernel})"
     action = {e.xid: policy.action(e.xid) for e in events}
+    where: dict[int, list[str]] = {}
+    for e in events:
+        if e.pci not in where.setdefault(e.xid, []):
+            where[e.xid].append(e.pci)
     by_action: dict[str, list[int]] = {"fail": [], "warn": [], "ignore": []}
     for x in sorted(action):
         by_action[action[x]].append(x)
     details = tuple(
-        f"GPU {pci_to_idx.get(e.pci, e.pci)}: Xid {e.xid} [{action[e.xid]}] {_meaning(policy, e.xid)}"
+        f"{names.get(e.pci, 'GPU ' + e.pci)}: Xid {e.xid} [{action[e.xid]}] {_meaning(policy, e.xid)}"
         + (f": {e.text}" if e.text else "")
         for e in events
     )
@@ -453,19 +539,23 @@ def xid_errors(s: Any) -> Outcome:
         "expected": "0 (ignored XIDs aside)",
         "details": details,
     }
-    named = {a: _xid_list(xs, policy) for a, xs in by_action.items()}
+    named = {a: _xid_list(xs, policy, where, names) for a, xs in by_action.items()}
     ignored = f"; ignored: {named['ignore']}" if by_action["ignore"] else ""
-    where = f"({sysm.xid_source})"
+    src = f"({sysm.xid_source})"
+    worst_xids = by_action["fail"] or by_action["warn"]
+    if worst_xids:
+        # The drain reason: the first XID of the worst kind and the GPU's address, and how many more.
+        x = worst_xids[0]
+        pairs = sum(len(where[y]) for y in worst_xids)
+        kw["brief"] = f"Xid {x} on GPU {where[x][0]}" + (f" and {pairs - 1} more" if pairs > 1 else "")
     if by_action["fail"]:
         also = f"; also {named['warn']}" if by_action["warn"] else ""
-        msg = f"{count['fail']} hardware/driver XID event(s) {where}: {named['fail']}{also}{ignored}"
+        msg = f"{count['fail']} hardware/driver XID event(s) {src}: {named['fail']}{also}{ignored}"
         return failed(msg, hint=_HINT_XID_FAIL, **kw)
     if by_action["warn"]:
-        msg = f"{count['warn']} XID event(s) to look at {where}: {named['warn']}{ignored}"
+        msg = f"{count['warn']} XID event(s) to look at {src}: {named['warn']}{ignored}"
         return warned(msg, hint=_HINT_XID_WARN, **kw)
-    return passed(
-        f"{len(events)} XID event(s), all ignored by the XID policy {where}: {named['ignore']}", **kw
-    )
+    return passed(f"{len(events)} XID event(s), all ignored by the XID policy {src}: {named['ignore']}", **kw)
 
 
 @check("gpu.E012", "Foreign processes on the GPUs", weight=3, needs=("nvml",))

@@ -4,13 +4,14 @@ reading is hostcheck.gather.hardware, the thresholds hostcheck/data/thresholds.j
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hostcheck.checks.gpu import _config
 from hostcheck.gather.base import NO_PERMISSION, NOT_FOUND, Unavailable
 from hostcheck.gather.hardware import HardwareSnapshot, blocked_since
 from hostcheck.gather.state import FIRST, RESET, RISING, SAME
-from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
+from hostcheck.registry import Outcome, check, errored, failed, passed, plural, skipped, warned
 
 EDAC_FIX = (
     "find the DIMM with 'ras-mc-ctl --error-count' (rasdaemon) or 'edac-util -v' and the BMC's event log, "
@@ -20,6 +21,9 @@ AER_FIX = (
     "reseat or replace the device or its riser/cable, check 'lspci -vvv -s <address>' for the link and the "
     "kernel log for 'AER:' lines; drain the node if uncorrectable errors keep coming"
 )
+
+
+_EDAC_MC = re.compile(r"MC\d{1,4}")
 
 
 def _hw(s: Any) -> HardwareSnapshot | Outcome:
@@ -48,6 +52,19 @@ def edac_errors(s: Any) -> Outcome:
     hw = _hw(s)
     if isinstance(hw, Outcome):
         return hw
+    logged = list(hw.edac_ue_lines) if isinstance(hw.edac_ue_lines, tuple) else []
+    if logged:
+        # EDAC's own report of an uncorrected error, read from the kernel log whether or not its counts are.
+        said = f"{len(logged)} uncorrected memory error line(s) in the kernel log ({hw.log_source}): {logged[-1]}"
+        counts = [] if isinstance(hw.edac, Unavailable) else [mc for mc in hw.edac if isinstance(mc.ue, int)]
+        more = f"; EDAC counts: {', '.join(f'{mc.name} {mc.ue} UE' for mc in counts)}" if counts else ""
+        mc = _EDAC_MC.search(logged[-1])
+        return failed(
+            said + more,
+            hint=EDAC_FIX,
+            details=tuple(logged[-5:]),
+            brief=f"EDAC {mc.group(0) if mc else 'MC'} uncorrected memory error",
+        )
     if isinstance(hw.edac, Unavailable):
         return _unavailable("EDAC", hw.edac)
     if not hw.edac:
@@ -61,14 +78,14 @@ def edac_errors(s: Any) -> Outcome:
                 f"{mc.name}: counts unreadable ({(mc.ue if isinstance(mc.ue, Unavailable) else mc.ce).reason})"
             )
         if isinstance(mc.ue, int) and mc.ue > 0:
-            fails.append(f"{mc.name}: {mc.ue} uncorrected memory error(s) since boot")
+            fails.append(f"{mc.name}: {plural(mc.ue, 'uncorrected memory error')} since boot")
         if not isinstance(mc.ce, int):
             continue
         t = hw.state.trend("edac", f"{mc.name}.ce", mc.ce)
         details.append(_trend_text(f"{mc.name} corrected", t))
         if t.kind == RISING and t.delta >= limit:
             warns.append(
-                f"{mc.name}: {t.delta} corrected memory errors since the last run (warn from {limit})"
+                f"{mc.name}: {plural(t.delta, 'corrected memory error')} since the last run (warn from {limit})"
             )
     note = _history_note(hw)
     if note:
@@ -80,7 +97,7 @@ def edac_errors(s: Any) -> Outcome:
     read = len(hw.edac) - len(unreadable)
     if not read:
         return skipped(f"EDAC counts unreadable on {', '.join(unreadable)}", details=tuple(details))
-    msg = f"{read} memory controller(s): no uncorrected errors, corrected not rising"
+    msg = f"{plural(read, 'memory controller')}: no uncorrected errors, corrected not rising"
     if unreadable:
         msg += f" ({', '.join(unreadable)}: counts unreadable, not judged)"
     return passed(msg, details=tuple(details))
@@ -108,7 +125,7 @@ def machine_checks(s: Any) -> Outcome:
     elif isinstance(hw.ras_mce, Unavailable):
         details.append(f"rasdaemon: {hw.ras_mce.reason}")
     if isinstance(hw.mce_lines, tuple) and hw.mce_lines:
-        found.append(f"{len(hw.mce_lines)} machine-check line(s) in the kernel log ({hw.log_source})")
+        found.append(f"{plural(len(hw.mce_lines), 'machine-check line')} in the kernel log ({hw.log_source})")
         details.extend(hw.mce_lines[-5:])
     if found:
         return warned(
@@ -147,7 +164,7 @@ def stuck_tasks(s: Any) -> Outcome:
         details.extend(hung[-5:])
     if stuck or hung:
         parts = stuck + (
-            [f"{len(hung)} hung-task report(s) in the kernel log ({hw.log_source})"] if hung else []
+            [f"{plural(len(hung), 'hung-task report')} in the kernel log ({hw.log_source})"] if hung else []
         )
         return warned(
             "; ".join(parts),
@@ -159,7 +176,7 @@ def stuck_tasks(s: Any) -> Outcome:
         )
     msg = f"no task blocked for {limit:g} s"
     if hw.blocked:
-        msg += f" ({len(hw.blocked)} in D state now: judged at the next run)"
+        msg += f" ({plural(len(hw.blocked), 'task')} in D state now: judged at the next run)"
     return passed(msg, value=0, details=tuple(details))
 
 
@@ -176,7 +193,8 @@ def pcie_aer(s: Any) -> Outcome:
         return skipped("no GPU or NIC on the PCI bus")
     if not devices:
         why = {d.totals.reason for d in hw.aer if isinstance(d.totals, Unavailable)}
-        return skipped(f"no AER counters on the {len(hw.aer)} GPU/NIC device(s): {'; '.join(sorted(why))}")
+        on = plural(len(hw.aer), "GPU/NIC device")
+        return skipped(f"no AER counters on the {on}: {'; '.join(sorted(why))}")
     limit = _config(s).thresholds.aer_correctable_rise_warn
     fails, warns, details = [], [], []
     for d in devices:
@@ -187,13 +205,13 @@ def pcie_aer(s: Any) -> Outcome:
             name = f"{d.kind} {d.address}"
             if which != "correctable" and t.kind == RISING:
                 fails.append(
-                    f"{name}: {t.delta} new {which} (uncorrectable) PCIe error(s) since the last run"
+                    f"{name}: {plural(t.delta, f'new {which} (uncorrectable) PCIe error')} since the last run"
                 )
             elif which != "correctable" and t.kind == FIRST and t.value:
-                warns.append(f"{name}: {t.value} {which} PCIe error(s) since boot (no history yet)")
+                warns.append(f"{name}: {plural(t.value, f'{which} PCIe error')} since boot (no history yet)")
             elif which == "correctable" and t.kind == RISING and t.delta >= limit:
                 warns.append(
-                    f"{name}: {t.delta} correctable PCIe errors since the last run (warn from {limit})"
+                    f"{name}: {plural(t.delta, 'correctable PCIe error')} since the last run (warn from {limit})"
                 )
     note = _history_note(hw)
     if note:
@@ -202,7 +220,7 @@ def pcie_aer(s: Any) -> Outcome:
         return failed("; ".join(fails + warns), hint=AER_FIX, details=tuple(details))
     if warns:
         return warned("; ".join(warns), hint=AER_FIX, details=tuple(details))
-    msg = f"{len(devices)} GPU/NIC device(s): no AER errors rising"
+    msg = f"{plural(len(devices), 'GPU/NIC device')}: no AER errors rising"
     if unread:
         msg += f" ({len(unread)} without readable counters, not judged)"
     return passed(msg, details=tuple(details + unread))

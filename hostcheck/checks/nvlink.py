@@ -1,14 +1,25 @@
 """NVLink checks (nvlink.E001-E004), per link through NVML: every link up, each at its speed and version, the
 topology complete (every GPU reaches every NVSwitch, or its peers both ways on a board without one), and no error
-counter rising since the last run. A GPU without NVLink (a PCIe card) is skipped with the reason. Messages name
-the GPU's index and UUID and the link number. Pure functions of the Snapshot (docs/fabric.md, "NVLink")."""
+counter rising since the last run. Messages name the GPU's index and UUID and the link number. Pure functions of
+the Snapshot (docs/fabric.md, "NVLink").
+
+What is expected depends on how the SKU's links are wired (hostcheck/data/gpu_skus.json, ``nvlink``): an SXM part
+has every link up; an H100 NVL about 12 up to the card bridged to it, of the 18 NVML lists (an estimate: fewer
+warn; none up is a card without its bridge, not judged); a PCIe card has none unless an NVLink bridge is fitted,
+and NVML then answers every link it lists as down, the card's healthy state (NVIDIA/NVSentinel#1481 on A100
+PCIe). An unknown SKU is compared with the node's other GPUs of its name only.
+
+MIG: with MIG mode on, NVML reports a GPU's NVLinks as down, and the links of the other GPUs to it: DCGM treats
+such links as disabled, not down (dcgmlib/src/DcgmTopology.cpp UpdateNvLinkLinkStateFromNvml, and
+modules/health/DcgmHealthWatch.cpp MonitorNVLinkStatus: "Bug 200682374 - NVML reports links to MIG enabled GPUs
+as down"). hostcheck does not judge them either, and says so."""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any, Callable
 
-from hostcheck.checks.gpu import _config, _missing, _per_gpu
+from hostcheck.checks.gpu import _config, _missing, _per_gpu, mig_on
 from hostcheck.checks.workload.sku import nvlink_line
 from hostcheck.gather.base import NOT_SUPPORTED, Unavailable
 from hostcheck.gather.hardware import HardwareSnapshot
@@ -30,9 +41,18 @@ def _gpu(g: GpuInfo) -> str:
     return f"GPU {g.index} ({g.uuid})" if isinstance(g.uuid, str) else f"GPU {g.index}"
 
 
+#: Why a MIG GPU's NVLinks are not judged.
+MIG_WHY = (
+    "MIG mode is on: NVML then reports its NVLinks as down (DCGM treats them as disabled, NVIDIA bug 200682374); "
+    "links not judged"
+)
+
+
 def _links(g: GpuInfo) -> Judged | tuple[NvLink, ...]:
     """The GPU's links, or the verdict when there are none to judge."""
     v = g.nvlinks
+    if mig_on(g):
+        return Status.SKIP, f"{_gpu(g)}: {MIG_WHY}"
     if v is None:
         return Status.SKIP, f"{_gpu(g)}: NVLinks not read (nvidia-smi fallback: install nvidia-ml-py)"
     m = _missing(g, v, "NVLink state")
@@ -41,6 +61,10 @@ def _links(g: GpuInfo) -> Judged | tuple[NvLink, ...]:
     if not v:
         return Status.SKIP, f"{_gpu(g)}: no NVLink (a PCIe card, or NVML reports none on this GPU)"
     return v
+
+
+def _nodes_gpus(s: Any) -> list[GpuInfo]:
+    return list(s.nvml.gpus) if s.nvml is not None and s.nvml.ok else []
 
 
 def _names(links: list[int]) -> str:
@@ -66,10 +90,46 @@ def _each_gpu(s: Any, judge: Callable[[GpuInfo, tuple[NvLink, ...]], Judged], *a
 
 @check("nvlink.E001", "Every NVLink up", weight=8, needs=("nvml",))
 def links_up(s: Any) -> Outcome:
+    gpus = _nodes_gpus(s)
+    mig = [g for g in gpus if mig_on(g)]
+    # Peers for a SKU without a line: the most links up on a GPU of the same name on this node.
+    most: dict[Any, int] = {}
+    for g in gpus:
+        if isinstance(g.nvlinks, tuple) and not mig_on(g):
+            n = sum(lk.active is True for lk in g.nvlinks)
+            most[g.name] = max(most.get(g.name, 0), n)
+
     def judge(g: GpuInfo, links: tuple[NvLink, ...]) -> Judged:
         line = nvlink_line(g.name if isinstance(g.name, str) else None)
         up = [lk.link for lk in links if lk.active is True]
         down = [lk.link for lk in links if lk.active is not True]
+        if down and mig:
+            # Links to a MIG GPU read as down too (DCGM's workaround applies while any GPU has MIG on).
+            return (
+                Status.SKIP,
+                f"{_gpu(g)}: {len(up)} up, link {_names(down)} down, not judged: MIG mode is on for GPU "
+                f"{_ids(mig)}, and NVML then reports links as down (NVIDIA bug 200682374)",
+            )
+        if line is not None and line.form == "pcie":
+            if not up:
+                return (
+                    Status.SKIP,
+                    f"{_gpu(g)}: a PCIe card without an NVLink bridge: none expected (NVML lists {len(links)} "
+                    "links, down, as it does without a bridge); not judged",
+                )
+            if down:
+                return (
+                    Status.WARN,
+                    f"{_gpu(g)}: NVLink bridge seen ({len(up)} links up) but link {_names(down)} down: a bridge "
+                    "missing or unseated (no public line says how many a bridged card has)",
+                )
+            return Status.PASS, f"{_gpu(g)}: NVLink bridge: all {len(up)} links up"
+        if line is not None and line.form == "nvl" and not up:
+            return (
+                Status.SKIP,
+                f"{_gpu(g)}: no NVLink up: a card without its NVLink bridge (NVML lists {len(links)} links, down); "
+                "not judged",
+            )
         if line is not None:
             if len(up) < line.links:
                 text = f"{_gpu(g)}: {len(up)} of {line.links} NVLinks up"
@@ -77,15 +137,28 @@ def links_up(s: Any) -> Outcome:
                     text += f"; link {_names(down)} down"
                 if len(links) < line.links:
                     text += f"; NVML lists {len(links)} links"
+                if line.links_estimate:
+                    # No document states the count: below an estimate only warns.
+                    return (
+                        Status.WARN,
+                        text + f" ({line.links} is an estimate for {line.sku}: warns, never fails)",
+                    )
                 return Status.FAIL, text
             return Status.PASS, f"{_gpu(g)}: {len(up)} of {line.links} NVLinks up"
-        if down:
+        peers = most.get(g.name, 0)
+        if not up and not peers:
+            return (
+                Status.SKIP,
+                f"{_gpu(g)}: no NVLink up here and no line for {g.name} (an unknown SKU) says how many it should "
+                f"have: not judged (NVML lists {len(links)} links, down)",
+            )
+        if len(up) < peers:
             return (
                 Status.WARN,
-                f"{_gpu(g)}: link {_names(down)} down, {len(up)} up (no NVLink line for {g.name}: "
-                "whether the link is wired is not known)",
+                f"{_gpu(g)}: {len(up)} NVLinks up, link {_names(down)} down, where another {g.name} of this node "
+                f"has {peers} (an unknown SKU: compared with its peers only)",
             )
-        return Status.PASS, f"{_gpu(g)}: all {len(up)} NVLinks up"
+        return Status.PASS, f"{_gpu(g)}: all {len(up)} NVLinks that its peers have up"
 
     return _each_gpu(
         s,
@@ -95,7 +168,7 @@ def links_up(s: Any) -> Outcome:
             f"'nvidia-smi nvlink --status -i {_ids(gs)}' lists the links; check the Fabric Manager (gpu.E013), then "
             f"reset the GPU ('nvidia-smi -r -i {_ids(gs)}' with nothing running on it) or reboot; a link still down "
             "needs the GPU or baseboard serviced (NVIDIA's recommended action: drain, reset the GPU, restart the OS, "
-            "then service)"
+            "then service); on a PCIe card, reseat its NVLink bridge"
         ),
     )
 
@@ -128,7 +201,9 @@ def links_speed(s: Any) -> Outcome:
         active = [lk for lk in links if lk.active is True]
         if not active:
             return Status.SKIP, f"{_gpu(g)}: no NVLink up (nvlink.E001)"
-        want = line.link_mbps if line else _common(speeds.get(g.name, []))
+        sku_speed = line.link_mbps if line is not None else None
+        want = sku_speed if sku_speed else _common(speeds.get(g.name, []))
+        can_fail = bool(sku_speed) and line is not None and not line.link_mbps_estimate
         ver = _common(versions.get(g.name, []))
         slow = [lk for lk in active if isinstance(lk.speed_mbps, int) and want and lk.speed_mbps < want]
         odd = [lk for lk in active if isinstance(lk.version, int) and ver is not None and lk.version != ver]
@@ -142,12 +217,18 @@ def links_speed(s: Any) -> Outcome:
             return kind, f"{_gpu(g)}: NVLink speed and version not read ({reason})"
         parts, status = [], Status.PASS
         if slow:
-            basis = "NVIDIA's figure for the SKU" if line else "the node's other links"
+            basis = (
+                "NVIDIA's figure for the SKU"
+                if can_fail
+                else "an estimate for the SKU: warns, never fails"
+                if sku_speed
+                else "the node's other links"
+            )
             parts.append(
                 "; ".join(f"link {lk.link} at {lk.speed_mbps} MB/s" for lk in slow[:NAMED])
                 + f" (expected {want} MB/s, {basis})"
             )
-            status = Status.FAIL if line else Status.WARN
+            status = Status.FAIL if can_fail else Status.WARN
         if odd:
             parts.append(
                 "; ".join(f"link {lk.link} at NVML version {_version(lk.version)}" for lk in odd[:NAMED])

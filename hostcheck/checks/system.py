@@ -4,38 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from hostcheck import fixes
+from hostcheck import fixes, platform
 from hostcheck.checks.gpu import _config
 from hostcheck.gather.base import Unavailable
 from hostcheck.gather.datapath import BlockDevice, ReadMeasure
 from hostcheck.registry import Outcome, check, errored, failed, passed, skipped, warned
 
-#: os-release ID -> supported major versions (kept in step with roles/gpunode_base/vars/main.yml).
-SUPPORTED_OS = {
-    "debian": ("11", "12", "13"),
-    "ubuntu": ("22", "24"),
-    "rocky": ("8", "9"),
-    "almalinux": ("8", "9"),
-    "centos": ("8", "9"),
-    "rhel": ("8", "9"),
-}
-
 
 @check("system.E001", "Operating system supported by the roles", weight=1, needs=("system",))
 def os_supported(s: Any) -> Outcome:
+    """The roles' own table (hostcheck/data/platform.json, which gpunode_base's plan reads through the same
+    hostcheck/platform.py): an OS the roles refuse (end of life, not yet supported) is said with their reason."""
     sysm = s.system
     name = sysm.os_pretty or f"{sysm.os_id} {sysm.os_version}"
-    versions = SUPPORTED_OS.get(sysm.os_id)
-    major = sysm.os_version.split(".", 1)[0]
     value = f"{name}, kernel {sysm.kernel}, {sysm.arch}"
-    expected = "; ".join(f"{k} {'/'.join(v)}" for k, v in SUPPORTED_OS.items())
-    if versions and major in versions:
+    data = platform.load()
+    key, row = platform.os_row_for(data, sysm.os_id, sysm.os_version)
+    expected = ", ".join(platform.supported_os(data))
+    if row and row.get("supported"):
         return passed(value, value=value, expected=expected)
+    if row:  # a row the roles refuse, with why (an end of life and its date, per-OS facts not checked yet)
+        why = str(row.get("why") or "not supported")
+        return warned(
+            f"{name}: the gpunode roles refuse {key}: {why}",
+            value=value,
+            expected=expected,
+            hint=f"move the node to a supported OS ({expected}); docs/platform.md",
+            brief=f"{key} refused by the roles",
+        )
     return warned(
         f"{name} is not a distribution the gpunode roles support",
         value=value,
         expected=expected,
-        hint="use a supported distribution (docs/design.md); other ones may work but are untested",
+        hint="use a supported distribution (docs/platform.md); other ones may work but are untested",
+        brief=f"{sysm.os_id} {sysm.os_version} not supported",
     )
 
 

@@ -59,6 +59,23 @@ def _n_gpus(s: Any) -> int:
     return int(s.facts.get("gpunode_driver", "expected_gpu_count") or 1) or 1
 
 
+def _runtime_owns(s: Any, variable: str, skipped: str) -> bool:
+    """Inside a container, with gpunode_tuning's ``variable`` at its default (as the fact recorded it, or not run):
+    re-running the role cannot change the finding, the container runtime's setting can. Also where the role's fact
+    says it skipped the knob (``skipped``: no CAP_SYS_ADMIN to remount, PID 1's hard limits)."""
+    if not (s.system and s.system.container):
+        return False
+    left = s.facts.get(TF, "skipped")
+    if isinstance(left, dict) and left.get(skipped):
+        return True
+    if variable == "shm_size":
+        value = s.facts.get(TF, "shm_size_target")
+    else:
+        value = _fact_limits(s).get(variable.removeprefix("limits_"))
+    default = fixes.TUNING_DEFAULTS[variable]
+    return value in (None, "") or str(value) == str(default)
+
+
 @check("tuning.E001", "/dev/shm size", weight=5, needs=("tuning", "system", "facts"))
 def shm(s: Any) -> Outcome:
     size = s.tuning.shm_bytes
@@ -67,13 +84,21 @@ def shm(s: Any) -> Outcome:
     intent = s.facts.get(TF, "shm_size_bytes")
     mem = s.system.mem_total_bytes if s.system else 0
     kw: dict[str, Any] = {"value": size, "unit": "bytes"}
-    container = s.system.container if s.system else None
     th = _config(s).thresholds
-    if _as_int(intent):
-        target = int(intent)
+    runtime = _runtime_owns(s, "shm_size", "shm_remount")
+    container = s.system.container if s.system else None
+
+    def fix(target: int) -> str:
+        if runtime:
+            return fixes.RUNTIME_SHM.format(size=_size_arg(target).lower(), k8s=_size_arg(target) + "i")
         hint = fixes.SHM.format(size=_size_arg(target))
         if container:
             hint += f"; in a container: --shm-size={_size_arg(target).lower()} or --ipc=host"
+        return hint
+
+    if _as_int(intent):
+        target = int(intent)
+        hint = fix(target)
         if size < th.shm_target_slack * target:
             return failed(
                 f"/dev/shm is {_human(size)}, gpunode_tuning set {_human(target)}",
@@ -83,9 +108,7 @@ def shm(s: Any) -> Outcome:
             )
         return passed(f"/dev/shm {_human(size)} (target {_human(target)})", expected=target, **kw)
     target = min(th.shm_default_target_bytes, mem // 2) if mem else th.shm_default_target_bytes
-    hint = fixes.SHM.format(size=_size_arg(target))
-    if container:
-        hint += f"; in a container: --shm-size={_size_arg(target).lower()} or --ipc=host"
+    hint = fix(target)
     if size <= th.shm_floor_bytes:
         return failed(
             f"/dev/shm is only {_human(size)}: DataLoader workers will die with 'bus error'",
@@ -491,7 +514,7 @@ def memlock(s: Any) -> Outcome:
         value=value,
         unit="bytes",
         expected="unlimited",
-        hint=fixes.MEMLOCK,
+        hint=fixes.RUNTIME_MEMLOCK if _runtime_owns(s, "limits_memlock", "limits") else fixes.MEMLOCK,
     )
 
 
@@ -511,7 +534,7 @@ def nofile(s: Any) -> Outcome:
         + (f" (gpunode_tuning set {want})" if want else ""),
         value=soft,
         expected=f">= {floor}",
-        hint=fixes.NOFILE,
+        hint=fixes.RUNTIME_NOFILE if _runtime_owns(s, "limits_nofile", "limits") else fixes.NOFILE,
     )
 
 

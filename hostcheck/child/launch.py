@@ -4,9 +4,10 @@ A child runs in its own session (process group). At the timeout the whole group 
 so a hung CUDA kernel or NCCL call, and any DataLoader workers it forked, cannot outlive the report.
 Descendants that start a session of their own (torchrun starts every worker so) are found by a token in
 their environment (``HOSTCHECK_RUN_TOKEN``, inherited from the child) and killed too.
-Output goes to temporary files (no pipe can fill up and block the child). The child reports by printing
-lines ``HOSTCHECK_WORKLOAD_JSON:{...}``; every such line is a record, so what a child finished before it
-hung or crashed is kept.
+Output goes to temporary files (no pipe can fill up and block the child), at most OUTPUT_CAP bytes each (a
+child that writes more is stopped), and only its record lines and the tail of its stderr are read back. The
+child reports by printing lines ``HOSTCHECK_WORKLOAD_JSON:{...}``; every such line is a record, so what a child
+finished before it hung or crashed is kept.
 
 :class:`Launch` is the one way a child starts (here, and for the long-lived workers of hostcheck.child.session):
 each launch is tracked in a live registry until it ends, so :func:`kill_all` (SIGHUP/SIGINT/SIGTERM) reaches
@@ -43,6 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hostcheck.child import reaper
+from hostcheck.child.output import OUTPUT_CAP, read_records, read_tail, written
 
 # The one sweep (the reaper runs it too) and the token it looks for live in the reaper, which imports nothing.
 from hostcheck.child.reaper import TOKEN_VAR, kill_by_token, start_ticks
@@ -142,12 +144,6 @@ def stop(p: subprocess.Popen, wait_s: float | None = None) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
-
-
-def _read(f) -> str:
-    f.flush()
-    f.seek(0)
-    return f.read().decode("utf-8", "replace")
 
 
 def _outcome(
@@ -519,7 +515,7 @@ def run_children(
         except OSError as exc:
             procs.append(None)
             spawn_errors.append(f"could not start {argv[0]}: {exc}")
-    timed_out = [False] * len(procs)
+    timed_out, flooded = [False] * len(procs), [False] * len(procs)
     unkillable = [False] * len(procs)
     ends: list[float | None] = [None] * len(procs)
     peer_failed = any(spawn_errors)
@@ -533,6 +529,9 @@ def run_children(
                 if p is None or ends[i] is not None:
                     continue
                 rc = p.poll()
+                if rc is None and written(files[i]) > OUTPUT_CAP:  # a flood: stopped, a failed child
+                    flooded[i], unkillable[i] = True, not stop(p)
+                    rc = -9 if p.returncode is None else p.returncode
                 if rc is None:
                     running = True
                     continue
@@ -564,7 +563,10 @@ def run_children(
                 runs.append(ProbeRun(name=nm, error=spawn_errors[i]))
                 continue
             wall = (ends[i] or time.monotonic()) - start
-            run = _outcome(nm, p.returncode, timed_out[i], timeout, _read(fo), _read(fe), wall, marker)
+            out, err = read_records(fo, marker), read_tail(fe)
+            run = _outcome(nm, p.returncode, timed_out[i], timeout, out, err, wall, marker)
+            if flooded[i]:
+                run = replace(run, error=f"printed more than {OUTPUT_CAP >> 20} MiB and was stopped")
             if timed_out[i] and peer_failed and wall < timeout:
                 run = replace(run, error=f"killed {grace_after_failure:g} s after a peer process failed")
             if unkillable[i]:

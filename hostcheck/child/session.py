@@ -6,7 +6,8 @@ JSON line per request line. Every wait has a deadline (select on the stdout pipe
 the process still lives: a dead server whose DataLoader workers still hold the pipe is seen as dead). What
 can go wrong becomes a :class:`~hostcheck.child.launch.ProbeRun` with an error, the same value a one-shot
 child gives: a timeout (the whole group killed), a crash (exit status or signal, the last stderr line), bad
-JSON. stderr goes to a temporary file, so a chatty child can never block on a full pipe. :meth:`close` ends
+JSON, a flood (a line longer than output.RECORDS_CAP, a stderr file past output.OUTPUT_CAP: stopped). stderr
+goes to a temporary file, so a chatty child can never block on a full pipe. :meth:`close` ends
 the server and anything left in its process group (orphaned DataLoader workers).
 
 A server is started and ended through the one launcher (:class:`hostcheck.child.launch.Launch`): a session of
@@ -28,6 +29,7 @@ from typing import Any
 
 from hostcheck.child import launch
 from hostcheck.child.launch import ProbeRun, describe_rc, tail
+from hostcheck.child.output import OUTPUT_CAP, RECORDS_CAP
 
 #: How long a closed server may take to exit on its own before its process group is killed.
 CLOSE_GRACE_S = 3.0
@@ -117,6 +119,15 @@ class Server:
                 wall_s=time.monotonic() - t0,
                 stderr_tail=self._tail,
             )
+        if answer is None and why == "flood":
+            self.close(0.0, "killed: printed too much")
+            return ProbeRun(
+                name=self.name,
+                error=f"printed a line longer than {RECORDS_CAP >> 20} MiB or more than "
+                f"{OUTPUT_CAP >> 20} MiB to stderr, and was stopped",
+                wall_s=time.monotonic() - t0,
+                stderr_tail=self._tail,
+            )
         if answer is None:
             return self._dead(t0)
         text = answer.decode("utf-8", "replace").strip()
@@ -145,6 +156,8 @@ class Server:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None, "timeout"
+            if len(self._buf) > RECORDS_CAP or self._stderr_size() > OUTPUT_CAP:
+                return None, "flood"
             if poller.poll(min(left, _POLL_S) * 1000):
                 chunk = os.read(fd, 65536)
                 if not chunk:
@@ -223,6 +236,12 @@ class Server:
         else:
             self.ended = reason or f"killed: still running {grace:g} s after its stdin was closed"
         self._done = True
+
+    def _stderr_size(self) -> int:
+        try:
+            return os.fstat(self._err.fileno()).st_size
+        except (OSError, ValueError):
+            return 0
 
     def stderr_tail(self) -> str:
         if self._err.closed:

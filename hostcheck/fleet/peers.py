@@ -11,14 +11,13 @@ value is checked before use, and anything unexpected is left out, never raised.
 
 from __future__ import annotations
 
-import html
 import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hostcheck.check.render.markdown import md_cell
+from hostcheck.check.render.markdown import html_text, md_cell
 from hostcheck.check.render.prometheus import Families
 from hostcheck.checks.workload.peers import peer_ratios
 from hostcheck.registry import Status
@@ -162,7 +161,7 @@ def render_markdown(found: list[FleetOutlier], tolerance: float) -> str:
 
 def render_html(found: list[FleetOutlier], tolerance: float) -> str:
     """The same section for the HTML page (escaped: host and model names come from the reports)."""
-    e = html.escape
+    e = html_text
     intro = (
         f"<h2>Nodes slower than their fleet peers</h2><p>A node more than {tolerance:.0%} below the median of "
         "the other nodes with the same GPU model (<code>fleet_peer_tolerance</code>); a warning, not a "

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
-from hostcheck.check.render.markdown import md_cell
+from hostcheck.check.render.markdown import html_text, md_cell
 from hostcheck.fleet.reports import FAILING, NodeSummary
 
 
@@ -65,7 +64,7 @@ code{background:#f5f5f5;padding:0 .2em}ul{margin:0;padding-left:1.2em}
 
 def render_html(nodes: list[NodeSummary], generated: str, extra: str = "", lead: str = "") -> str:
     """``lead`` goes before the nodes' table (a sweep's suspects and heat map), ``extra`` after it."""
-    e = html.escape
+    e = html_text
     ready = sum(n.ready for n in nodes)
     rows = []
     for n in nodes:
@@ -123,7 +122,7 @@ def render_fabric_markdown(nodes: list[NodeSummary]) -> str:
 
 
 def render_fabric_html(nodes: list[NodeSummary]) -> str:
-    e = html.escape
+    e = html_text
     rows = [
         f"<tr><td class='node'>{e(n.host)}</td><td><ul>"
         + "".join(

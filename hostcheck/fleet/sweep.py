@@ -7,10 +7,9 @@ NaN, checked against hostcheck/data/sweep-report.schema.json's types; every name
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
-from hostcheck.check.render.markdown import md_cell
+from hostcheck.check.render.markdown import html_text, md_cell
 from hostcheck.fleet.reports import read_json
 from hostcheck.schema import sweep_schema, type_errors
 
@@ -76,7 +75,7 @@ def _rate(v: float) -> str:
 
 def render_html(data: dict[str, Any]) -> str:
     """The sweep's section of fleet.html: suspects with evidence and fix, then the heat map."""
-    e = html.escape
+    e = html_text
     line = float((data.get("thresholds") or {}).get("bw_fraction") or 0.93)
     suspects = data.get("suspects") or []
     head = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,17 @@ from typing import Any, Callable
 from hostcheck.config import Config
 from hostcheck.gather import dcgm as dcgm_gather
 from hostcheck.gather import state as counter_state
-from hostcheck.gather.base import BUSY, CRASHED, HOST_ROOT, TIMEOUT, Unavailable, read_text
+from hostcheck.gather.base import (
+    BUSY,
+    CRASHED,
+    HOST_ROOT,
+    TIMEOUT,
+    Runner,
+    Unavailable,
+    read_text,
+    run_cmd,
+    under,
+)
 from hostcheck.gather.busy import busy_reason
 from hostcheck.gather.datapath import DataPathOptions, DataPathSnapshot, gather_datapath
 from hostcheck.gather.dcgm import DcgmSnapshot, gather_dcgm
@@ -19,6 +30,7 @@ from hostcheck.gather.facts import DEFAULT_FACTS_DIR, Facts, gather_facts
 from hostcheck.gather.hardware import HardwareSnapshot, gather_hardware
 from hostcheck.gather.hardware import counters_of as hardware_counters
 from hostcheck.gather.inventory import NodeInventory, gather_inventory
+from hostcheck.gather.nccl_conf import NcclConfig, read_nccl_config
 from hostcheck.gather.nvml import NvmlSnapshot, gather_nvml, nvlink_counters
 from hostcheck.gather.rdma import RdmaSnapshot, gather_rdma
 from hostcheck.gather.rdma import counters_of as rdma_counters
@@ -83,6 +95,13 @@ class Options:
     state_file: str | None = None
     #: ``dcgmi diag -r`` level (the profile's dcgm_level); 0: DCGM's health watches only.
     dcgm_level: int = 0
+    #: Told each gatherer's start and end (``begin(step)``, ``end(step)``: hostcheck.progress's line on a terminal).
+    progress: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def state_path(self) -> str:
+        """The state file this run reads and writes: --state-file, else [hardware] state_file, else the default."""
+        return self.state_file or self.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
 
 
 @dataclass(frozen=True)
@@ -114,6 +133,21 @@ class Snapshot:
         return self.options.env_file or self.facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
 
 
+#: What a person watching the progress line reads for each gatherer.
+STEP_NAMES = {
+    "nvml": "NVML",
+    "system": "kernel log",
+    "tuning": "tuning",
+    "torch": "torch probe",
+    "workload": "GPU workload",
+    "datapath": "dataset reads",
+    "hardware": "host hardware",
+    "rdma": "RDMA ports",
+    "inventory": "inventory",
+    "dcgm": "DCGM",
+}
+
+
 def _timed(
     name: str,
     fn: Callable[[], Any],
@@ -121,12 +155,18 @@ def _timed(
     fallback: Callable[[Unavailable], Any],
     timings: dict,
     deadline: float | None = None,
+    progress: Any = None,
 ) -> Any:
     start = time.monotonic()
     cut = deadline is not None and deadline - start < timeout
     if cut:
         timeout = max(0.0, deadline - start)
+    step = STEP_NAMES.get(name, name)
+    if progress is not None:
+        progress.begin(step)
     finished, value = call_with_timeout(fn, timeout) if timeout > 0 else (False, None)
+    if progress is not None:
+        progress.end(step)
     timings[name] = round(time.monotonic() - start, 3)
     if not finished:
         if cut:
@@ -137,11 +177,28 @@ def _timed(
     return value
 
 
+def run_once(runner: Runner | None = None) -> Runner:
+    """``runner`` answering a command line it ran before in this run with the same answer: the kernel log is read
+    for the XIDs (system) and for the machine checks and hung tasks (hardware) with one journalctl or dmesg, and a
+    journalctl that timed out for the first is not waited for again by the second."""
+    answers: dict[Any, Any] = {}
+    runner = runner or run_cmd
+
+    def run(argv: Any, *args: Any, **kwargs: Any) -> Any:
+        key = (tuple(argv), args, tuple(sorted(kwargs.items())))
+        if key not in answers:
+            answers[key] = runner(argv, *args, **kwargs)
+        return answers[key]
+
+    return run
+
+
 # long: each gatherer's closure with its timing beside the threads that run them; a table of gatherers would halve it
 def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHERERS)) -> Snapshot:
     """Run the gatherers the selected checks need; the torch probe and the workload run beside system and
     tuning."""
     timings: dict[str, float] = {}
+    runner = run_once()
     facts = gather_facts(options.facts_dir)
     env_file = options.env_file or facts.get("gpunode_tuning", "env_file") or DEFAULT_ENV_FILE
     results: dict[str, Any] = {}
@@ -164,6 +221,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
 
     # NVML first, before the torch probe can open a CUDA context that would show up as a GPU process.
@@ -175,6 +233,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: NvmlSnapshot(error=u),
             timings,
             options.deadline,
+            options.progress,
         )
     threads = []
     if "torch" in needs:
@@ -189,7 +248,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             return gather_for(options, python, gather_tuning_env(env_file))
 
         results["workload"] = _timed(
-            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline
+            "workload", run, gather_limit(options), lambda u: u, timings, options.deadline, options.progress
         )
 
     # Never a GPU job beside someone else's: a busy node would only look slow.
@@ -204,11 +263,12 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         root_kw = {"root": options.host_root} if options.host_root != HOST_ROOT else {}
         results["system"] = _timed(
             "system",
-            lambda: gather_system(xid_window_hours=options.config.xid.window_hours, **root_kw),
+            lambda: gather_system(runner=runner, xid_window_hours=options.config.xid.window_hours, **root_kw),
             options.gather_timeout_s,
             lambda u: SystemSnapshot(),
             timings,
             options.deadline,
+            options.progress,
         )
     if "tuning" in needs:
         services = tuple(facts.get("gpunode_tuning", "services_disabled") or DEFAULT_SERVICES_OFF)
@@ -219,6 +279,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: TuningSnapshot(shm_bytes=u, env=u, governors=u, thp=u, services=u),
             timings,
             options.deadline,
+            options.progress,
         )
     if "datapath" in needs:
         dirs, source = tuple(options.data_dirs), "--data-dir"
@@ -234,9 +295,10 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             lambda u: DataPathSnapshot(source=dp_opts.source, error=u),
             timings,
             options.deadline,
+            options.progress,
         )
     # The counters of the last run: loaded once for every gatherer that compares with them, saved once below.
-    state_file = options.state_file or options.config.hardware.state_file or counter_state.DEFAULT_STATE_FILE
+    state_file = options.state_path
     state = counter_state.load_state(state_file) if needs & {"hardware", "rdma"} else None
     now = time.time()
     if "hardware" in needs:
@@ -253,6 +315,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 options.host_root,
                 state_file,
                 log_hours=options.config.xid.window_hours,
+                runner=runner,
                 replays=replays,
                 now=now,
                 state=state,
@@ -266,16 +329,18 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
                 blocked=u,
                 mce_lines=u,
                 hung_lines=u,
+                edac_ue_lines=u,
                 # Nothing compared, nothing kept: system.E010 says so instead of claiming a baseline.
                 state=counter_state.CounterState(path=state_file, read_error=u, write_error=u),
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "rdma" in needs:
         results["rdma"] = _timed(
             "rdma",
-            lambda: gather_rdma(options.host_root, state, gather_tuning_env(env_file), env_file, now),
+            lambda: gather_rdma(options.host_root, state, fabric_nccl(options, env_file), now),
             options.gather_timeout_s,
             lambda u: RdmaSnapshot(
                 root=options.host_root,
@@ -285,6 +350,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "inventory" in needs:
         results["inventory"] = _timed(
@@ -304,6 +370,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if state is not None:
         _save_counters(state, results, now)
@@ -327,6 +394,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
             ),
             timings,
             options.deadline,
+            options.progress,
         )
     if "torch" in needs and "torch" not in results:  # the thread itself never came back
         results["torch"] = TorchSnapshot(error=Unavailable(CRASHED, "the torch gatherer did not come back"))
@@ -365,6 +433,24 @@ def _save_counters(state: counter_state.CounterState, results: dict[str, Any], n
     saved = counter_state.save_state(state, current, now)
     for name, snap in done.items():
         results[name] = dataclasses.replace(snap, state=saved)
+
+
+def fabric_nccl(options: Options, env_file: str) -> NcclConfig:
+    """NCCL's configuration for the fabric checks, all of it under the one host root: under another root than /
+    neither this process's environment nor this machine's facts or files are read (a training environment file
+    named on the command line is read as named)."""
+    users = options.config.fabric.nccl_users
+    root = options.host_root
+    if root == HOST_ROOT:
+        return read_nccl_config(root, env_file, os.environ, users)
+    path = options.env_file
+    if not path:
+        facts_dir = options.facts_dir
+        if facts_dir == DEFAULT_FACTS_DIR:
+            facts_dir = under(root, DEFAULT_FACTS_DIR)
+        named = gather_facts(facts_dir).get("gpunode_tuning", "env_file")
+        path = under(root, named if isinstance(named, str) and named else DEFAULT_ENV_FILE)
+    return read_nccl_config(root, path, None, users)
 
 
 def gather_tuning_env(env_file: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hostcheck.gather.base import ERROR, NOT_FOUND, NOT_SUPPORTED, Unavailable, read_text
+from hostcheck.gather.base import ERROR, NOT_FOUND, NOT_SUPPORTED, Unavailable, parse_int, read_text
 
 #: A measurement reads at most this long and this much per directory.
 READ_SECONDS = 3.0
@@ -50,7 +50,8 @@ def _unescape(field_text: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as octal (\040).
     out, i = [], 0
     while i < len(field_text):
-        if field_text[i] == "\\" and field_text[i + 1 : i + 4].isdigit():
+        octal = field_text[i + 1 : i + 4]
+        if field_text[i] == "\\" and len(octal) == 3 and all(c in "01234567" for c in octal):
             out.append(chr(int(field_text[i + 1 : i + 4], 8)))
             i += 4
         else:
@@ -67,9 +68,8 @@ def parse_mountinfo(text: str) -> list[Mount]:
         f, r = left.split(), right.split()
         if not sep or len(f) < 5 or len(r) < 2:
             continue
-        try:
-            major, minor = (int(x) for x in f[2].split(":"))
-        except ValueError:
+        major, _colon, minor = (parse_int(x, digits=9) for x in f[2].partition(":"))
+        if major is None or minor is None:
             continue
         out.append(Mount(_unescape(f[4]), major, minor, r[0], _unescape(r[1])))
     return out

@@ -108,6 +108,8 @@ class DiagReport:
     runtime_error: str = ""
     #: dcgmi's exit status (non-zero also when a test failed).
     rc: int = 0
+    #: Results past MAX_RESULTS, not read: a report cut short is never judged as if it were whole.
+    dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,7 @@ def parse_diag(text: str, level: int, rc: int = 0) -> DiagReport | Unavailable:
     version, driver = _text(meta.get("version")), _text(meta.get("Driver Version Detected"))
     runtime = _text(top.get("runtime_error"))
     results: list[DiagResult] = []
+    dropped = 0
     cats = top.get("test_categories")
     for cat in cats if isinstance(cats, list) else ():
         if not isinstance(cat, dict):
@@ -252,7 +255,9 @@ def parse_diag(text: str, level: int, rc: int = 0) -> DiagReport | Unavailable:
             rows = test.get("results")
             found = []
             for r in rows if isinstance(rows, list) else ():
-                if isinstance(r, dict) and len(results) + len(found) < MAX_RESULTS:
+                if isinstance(r, dict) and len(results) + len(found) >= MAX_RESULTS:
+                    dropped += 1
+                elif isinstance(r, dict):
                     found.append(
                         DiagResult(cname, tname, _entity(r), _status(r.get("status")), _messages(r), _info(r))
                     )
@@ -266,7 +271,7 @@ def parse_diag(text: str, level: int, rc: int = 0) -> DiagReport | Unavailable:
             results.extend(found)
     if not results and not runtime:
         return Unavailable(ERROR, "dcgmi's JSON holds no test result")
-    return DiagReport(level, version, driver, tuple(results), runtime, rc)
+    return DiagReport(level, version, driver, tuple(results), runtime, rc, dropped)
 
 
 def _value(node: Any) -> str:

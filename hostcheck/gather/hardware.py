@@ -25,8 +25,10 @@ from hostcheck.gather.base import (
     NOT_INSTALLED,
     Runner,
     Unavailable,
+    guarded,
     list_dir,
     parse_counter,
+    parse_int,
     read_text,
     run_cmd,
     under,
@@ -83,6 +85,8 @@ class HardwareSnapshot:
     #: Kernel-log lines: machine-check reports and the hung-task detector's, in the window.
     mce_lines: tuple[str, ...] | Unavailable = ()
     hung_lines: tuple[str, ...] | Unavailable = ()
+    #: Kernel-log lines of EDAC's uncorrected memory errors in the window (read even where EDAC's sysfs is not).
+    edac_ue_lines: tuple[str, ...] | Unavailable = ()
     log_source: str = ""
     #: rasdaemon: MCE record kinds and counts from ``ras-mc-ctl --summary``; None when rasdaemon is absent.
     ras_mce: dict[str, int] | Unavailable | None = None
@@ -106,13 +110,14 @@ def read_edac(root: str) -> tuple[MemoryController, ...] | Unavailable:
         return names
     out = []
     for name in names:
-        if not re.fullmatch(r"mc\d{1,4}", name):
+        if not re.fullmatch(r"mc[0-9]{1,4}", name):
             continue
         counts: list[int | Unavailable] = []
         for f in ("ce_count", "ue_count"):
             text = read_text(os.path.join(base, name, f), 64)
             n = parse_counter(text)
-            counts.append(n if n is not None else Unavailable(NOT_FOUND, f"{name}/{f} unreadable"))
+            why = text if isinstance(text, Unavailable) else Unavailable(NOT_FOUND, f"{name}/{f} not a count")
+            counts.append(n if n is not None else why)
         out.append(MemoryController(name, counts[0], counts[1]))
     return tuple(out)
 
@@ -122,7 +127,7 @@ def read_edac(root: str) -> tuple[MemoryController, ...] | Unavailable:
 
 def parse_aer(text: str, which: str) -> int | None:
     """The TOTAL_ERR_* line of one aer_dev_* file (the last line, per the kernel's ABI document)."""
-    m = re.search(rf"^{AER_TOTALS[which]}\s+(\d{{1,19}})\s*$", text, re.MULTILINE)
+    m = re.search(rf"^{AER_TOTALS[which]}\s+([0-9]{{1,19}})\s*$", text, re.MULTILINE)
     return int(m.group(1)) if m else None
 
 
@@ -177,15 +182,16 @@ def parse_stat(text: str) -> tuple[str, str, int] | None:
     if not sep or "(" not in head:
         return None
     fields = tail.split()
-    if len(fields) < 20 or not fields[19].isdigit():
+    start = parse_int(fields[19]) if len(fields) >= 20 else None
+    if start is None:
         return None
-    return head.split("(", 1)[1][:64], fields[0], int(fields[19])
+    return head.split("(", 1)[1][:64], fields[0], start
 
 
 def parse_switches(status: str) -> int | None:
     total = 0
     found = 0
-    for m in re.finditer(r"^(?:non)?voluntary_ctxt_switches:\s+(\d{1,19})\s*$", status, re.MULTILINE):
+    for m in re.finditer(r"^(?:non)?voluntary_ctxt_switches:\s+([0-9]{1,19})\s*$", status, re.MULTILINE):
         total += int(m.group(1))
         found += 1
     return total if found == 2 else None
@@ -198,7 +204,7 @@ def read_blocked(root: str) -> tuple[BlockedTask, ...] | Unavailable:
         return pids
     tasks: list[tuple[str, str, str]] = []  # (pid, tid, folder), at most MAX_TASKS
     for pid in pids:
-        if not pid.isdigit():
+        if parse_int(pid) is None:
             continue
         tids = list_dir(os.path.join(proc, pid, "task"))
         if isinstance(
@@ -206,19 +212,22 @@ def read_blocked(root: str) -> tuple[BlockedTask, ...] | Unavailable:
         ):  # a process gone meanwhile, or a tree without task/: its main thread
             tasks.append((pid, pid, os.path.join(proc, pid)))
         else:
-            tasks += [(pid, t, os.path.join(proc, pid, "task", t)) for t in tids if t.isdigit()]
+            tasks += [(pid, t, os.path.join(proc, pid, "task", t)) for t in tids if parse_int(t) is not None]
         if len(tasks) >= MAX_TASKS:
             break
-    out = []
+    out, read = [], 0
     for pid, tid, task in tasks[:MAX_TASKS]:
         stat = read_text(os.path.join(task, "stat"), 4096)
         parsed = parse_stat(stat) if isinstance(stat, str) else None
+        read += parsed is not None
         if parsed is None or parsed[1] != "D":
             continue
         status = read_text(os.path.join(task, "status"), 1 << 16)
         switches = parse_switches(status) if isinstance(status, str) else None
         if switches is not None:
             out.append(BlockedTask(int(pid), int(tid), parsed[0], parsed[2], switches))
+    if not read:  # no task read is no task looked at: never "none blocked"
+        return Unavailable(NOT_FOUND, f"no task's stat readable under {proc}")
     return tuple(out)
 
 
@@ -255,6 +264,19 @@ def parse_kernel_log(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(mce[-50:]), tuple(hung[-50:])
 
 
+#: drivers/edac/edac_mc.c, edac_ue_error(): edac_mc_printk(mci, KERN_WARNING, "%d UE %s%son %s (...)"), printed
+#: as "EDAC MC3: 1 UE memory read error on CPU_SrcID#1_MC#1_Chan#2_DIMM#0 (...)".
+_EDAC_UE_RE = re.compile(r"\bEDAC MC(\d{1,4}): (\d{1,12}) UE\b")
+
+
+def parse_edac_ue(text: str) -> tuple[str, ...]:
+    """The kernel log's EDAC uncorrected-error lines (the last 50), a count of at least one each."""
+    found = [
+        ln.strip()[:200] for ln in text.splitlines() if (m := _EDAC_UE_RE.search(ln)) and int(m.group(2))
+    ]
+    return tuple(found[-50:])
+
+
 def parse_ras_summary(text: str) -> dict[str, int]:
     """``MCE records summary:`` then one ``\\t<count> <message> errors`` line per kind (ras-mc-ctl --summary);
     "No MCE errors." gives {}."""
@@ -264,7 +286,7 @@ def parse_ras_summary(text: str) -> dict[str, int]:
         if line.startswith("MCE records summary"):
             inside = True
             continue
-        m = re.match(r"^\s+(\d{1,12}) (.{0,120}?) errors\s*$", line) if inside else None
+        m = re.match(r"^\s+([0-9]{1,12}) (.{0,120}?) errors\s*$", line) if inside else None
         if m:
             out[m.group(2)] = out.get(m.group(2), 0) + int(m.group(1))
         elif line.strip():
@@ -325,17 +347,22 @@ def gather_hardware(
     hostcheck.gather.gather, which saves this run's once with every other namespace; without it (a caller of its
     own) the state file is loaded here and this run's counters kept."""
     taken_at = time.time() if now is None else now
-    log, source = read_kernel_log(runner, log_hours)
-    mce, hung = parse_kernel_log(log) if isinstance(log, str) else (log, log)
+    got = guarded("the kernel log", lambda: read_kernel_log(runner, log_hours))
+    log, source = got if isinstance(got, tuple) else (got, "none")
+    lines = guarded("the kernel log", lambda: parse_kernel_log(log)) if isinstance(log, str) else log
+    mce, hung = lines if isinstance(lines, tuple) else (lines, lines)
+    ue = guarded("the kernel log's EDAC lines", lambda: parse_edac_ue(log)) if isinstance(log, str) else log
+    # Each part on its own: one that cannot be read (or that no parser foresaw) is that part's Unavailable.
     snap = HardwareSnapshot(
         root=root,
-        edac=read_edac(root),
-        aer=read_aer(root),
-        blocked=read_blocked(root),
+        edac=guarded("EDAC", lambda: read_edac(root)),
+        aer=guarded("PCIe AER", lambda: read_aer(root)),
+        blocked=guarded("the tasks in D state", lambda: read_blocked(root)),
         mce_lines=mce,
         hung_lines=hung,
+        edac_ue_lines=ue,
         log_source=source,
-        ras_mce=read_ras(runner),
+        ras_mce=guarded("ras-mc-ctl --summary", lambda: read_ras(runner)),
         replays=dict(replays or {}),
         nvlink=dict(nvlink or {}),
         state=state if state is not None else load_state(state_file),

@@ -20,11 +20,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from hostcheck.gather.base import NOT_FOUND, Unavailable, list_dir, read_text
+from hostcheck.gather.base import ERROR, NOT_FOUND, Unavailable, guarded, list_dir, parse_int, read_text
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind, under
-from hostcheck.gather.rdma import read_devices
+from hostcheck.gather.rdma import MAX_LISTED, RdmaSnapshot, read_devices_noted, read_topology
+from hostcheck.gather.rdma_topology import distance, nic_gpus
 
-#: Entries read at most per folder: a node has tens of devices, not thousands.
+#: Entries read at most per folder: a node has tens of devices, not thousands. A folder with more is not read
+#: (a list cut short would record, or compare, a node that lost what was cut): that part says how many there were.
 MAX_ENTRIES = 4096
 #: ARPHRD_INFINIBAND (include/uapi/linux/if_arp.h): an IPoIB interface, counted as its RDMA port instead.
 ARPHRD_INFINIBAND = "32"
@@ -50,10 +52,14 @@ class NvmeDrive:
 @dataclass(frozen=True)
 class Port:
     """A network port (``eth0``, speed in Mb/s) or an RDMA port (``mlx5_0:1``, rate in Gb/s); None: down or
-    unknown."""
+    unknown. An RDMA port also has its link layer, and the GPU its NIC serves by PCIe topology with NCCL's word
+    for the distance between them ("" where it serves none)."""
 
     name: str
     rate: float | None
+    link_layer: str = ""
+    gpu: str = ""
+    distance: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,9 +98,19 @@ def _text(path: str, limit: int = 256) -> str | None:
     return t.strip() if isinstance(t, str) else None
 
 
+def _listed(folder: str) -> list[str] | Unavailable:
+    """The names in ``folder``, or why not: more than MAX_ENTRIES of them is not a node's folder."""
+    names = list_dir(folder, MAX_LISTED)
+    if isinstance(names, list) and len(names) > MAX_ENTRIES:
+        more = "or more " if len(names) >= MAX_LISTED else ""
+        return Unavailable(
+            ERROR, f"{folder} has {len(names)} {more}entries, more than the {MAX_ENTRIES} read: not read"
+        )
+    return names
+
+
 def _int(text: str | None) -> int | None:
-    t = (text or "").strip()
-    return int(t) if re.fullmatch(r"-?\d{1,19}", t) else None
+    return parse_int(text, signed=True)
 
 
 # --- CPU, memory, NUMA ------------------------------------------------------------------------------------
@@ -131,7 +147,7 @@ def parse_cpuinfo(text: str) -> CpuInfo | None:
 
 
 def parse_meminfo(text: str) -> int | None:
-    m = re.search(r"^MemTotal:\s+(\d{1,15}) kB\s*$", text, re.MULTILINE)
+    m = re.search(r"^MemTotal:\s+([0-9]{1,15}) kB\s*$", text, re.MULTILINE)
     return int(m.group(1)) * 1024 if m else None
 
 
@@ -151,10 +167,10 @@ def read_memory(root: str) -> int | Unavailable:
 
 def read_numa(root: str) -> tuple[str, ...] | Unavailable:
     base = under(root, "sys/devices/system/node")
-    names = list_dir(base, MAX_ENTRIES)
+    names = _listed(base)
     if isinstance(names, Unavailable):
         return names
-    nodes = sorted((int(n[4:]), n) for n in names if re.fullmatch(r"node\d{1,4}", n))
+    nodes = sorted((int(n[4:]), n) for n in names if re.fullmatch(r"node[0-9]{1,4}", n))
     out = []
     for _number, n in nodes:
         cpus = _text(os.path.join(base, n, "cpulist"), 4096)
@@ -169,21 +185,21 @@ def read_numa(root: str) -> tuple[str, ...] | Unavailable:
 
 def read_nvme(root: str) -> tuple[NvmeDrive, ...] | Unavailable:
     base = under(root, "sys/class/nvme")
-    names = list_dir(base, MAX_ENTRIES)
+    names = _listed(base)
     if isinstance(names, Unavailable):
         # No NVMe driver loaded, or a node without NVMe: none.
         return () if names.kind == NOT_FOUND else names
     out = []
     for name in names:
-        if not re.fullmatch(r"nvme\d{1,4}", name):
+        if not re.fullmatch(r"nvme[0-9]{1,4}", name):
             continue
         d = os.path.join(base, name)
         model = _text(os.path.join(d, "model")) or ""
         sectors = 0
-        entries = list_dir(d, MAX_ENTRIES)
+        entries = _listed(d)
         for ns in entries if isinstance(entries, list) else []:
             # A namespace: nvme0n1, or nvme0c0n1 under native multipath.
-            if re.fullmatch(rf"{name}(?:c\d+)?n\d+", ns):
+            if re.fullmatch(rf"{name}(?:c[0-9]{{1,4}})?n[0-9]{{1,4}}", ns):
                 sectors += max(0, _int(_text(os.path.join(d, ns, "size"))) or 0)
         out.append(NvmeDrive(name, model, sectors * 512))
     return tuple(out)
@@ -194,7 +210,7 @@ def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
     IPoIB interfaces are left out: their port is counted under RDMA. (The fabric gatherer reads more of each
     port; this small reader can move there.)"""
     base = under(root, "sys/class/net")
-    names = list_dir(base, MAX_ENTRIES)
+    names = _listed(base)
     if isinstance(names, Unavailable):
         return names
     out = []
@@ -211,13 +227,31 @@ def read_nics(root: str) -> tuple[Port, ...] | Unavailable:
 
 def read_rdma(root: str) -> tuple[Port, ...] | Unavailable:
     """Every RDMA port (``<device>:<port>``) and its rate in Gb/s (None unless ACTIVE), as NHC's check_hw_ib reads
-    them, through the fabric gatherer's reader of /sys/class/infiniband."""
-    devices = read_devices(root)
+    them, through the fabric gatherer's reader of /sys/class/infiniband; with its link layer and the GPU its NIC
+    serves (hostcheck.gather.rdma.nic_gpus, the fabric checks' pairing) and their distance."""
+    devices, unread = read_devices_noted(root)
     if isinstance(devices, Unavailable):
         return () if devices.kind == NOT_FOUND else devices  # no RDMA driver: no ports
+    if unread:  # a list of ports with some left out would be recorded, or compared, as the node's
+        return Unavailable(ERROR, "; ".join(unread))
+    gpus, nics = read_topology(root, devices)
+    snap = RdmaSnapshot(root=root, devices=devices, gpus=gpus, nics=nics)
+    served = nic_gpus(snap)
+    paths = {p.address: p for p in (*gpus, *nics)}
+    level: dict[str, str] = {}
+    for d in devices:
+        g, n = paths.get(served.get(d.name, "")), paths.get(d.pci or "")
+        if g is not None and n is not None:
+            level[d.name] = distance(g, n)[0]
     # A port that is not ACTIVE ("1: DOWN", "2: INIT") carries no traffic whatever its rate says.
     return tuple(
-        Port(f"{d.name}:{p.port}", p.rate_gbps if p.state in ("", "ACTIVE") else None)
+        Port(
+            f"{d.name}:{p.port}",
+            p.rate_gbps if p.state in ("", "ACTIVE") else None,
+            p.link_layer,
+            served.get(d.name, ""),
+            level.get(d.name, ""),
+        )
         for d in devices
         for p in d.ports
     )
@@ -228,14 +262,14 @@ def read_rdma(root: str) -> tuple[Port, ...] | Unavailable:
 
 def parse_link_speed(text: str | None) -> float | None:
     """``32.0 GT/s PCIe`` (or ``32 GT/s``) -> 32.0; "Unknown" -> None."""
-    m = re.match(r"\s*(\d{1,3}(?:\.\d{1,2})?) GT/s", text or "")
+    m = re.match(r"\s*([0-9]{1,3}(?:\.[0-9]{1,2})?) GT/s", text or "")
     return float(m.group(1)) if m else None
 
 
 def read_links(root: str) -> tuple[PciLink, ...] | Unavailable:
     """The PCIe link of every GPU and NIC function (the devices system.E009 reads AER counters of)."""
     base = under(root, PCI_DEVICES)
-    names = list_dir(base, MAX_ENTRIES)
+    names = _listed(base)
     if isinstance(names, Unavailable):
         return names
     out = []
@@ -279,15 +313,16 @@ def gpus_of(nvml: Any) -> tuple[GpuId, ...] | Unavailable:
 
 
 def gather_inventory(root: str = "/", nvml: Any = None) -> NodeInventory:
-    """Read everything, judge nothing (the baseline checks do)."""
+    """Read everything, judge nothing (the baseline checks do). Each part on its own: one that cannot be read, or
+    that raises on input no parser foresaw, is that part's Unavailable and the rest is still read."""
     return NodeInventory(
         root=root,
-        cpu=read_cpu(root),
-        memory_bytes=read_memory(root),
-        numa_cpus=read_numa(root),
-        nvme=read_nvme(root),
-        nics=read_nics(root),
-        rdma=read_rdma(root),
-        links=read_links(root),
-        gpus=gpus_of(nvml),
+        cpu=guarded("the CPUs", lambda: read_cpu(root)),
+        memory_bytes=guarded("the memory", lambda: read_memory(root)),
+        numa_cpus=guarded("the NUMA nodes", lambda: read_numa(root)),
+        nvme=guarded("the NVMe drives", lambda: read_nvme(root)),
+        nics=guarded("the network ports", lambda: read_nics(root)),
+        rdma=guarded("the RDMA ports", lambda: read_rdma(root)),
+        links=guarded("the PCIe links", lambda: read_links(root)),
+        gpus=guarded("the GPUs", lambda: gpus_of(nvml)),
     )

@@ -27,6 +27,7 @@ from hostcheck.gather.base import (
     NOT_SUPPORTED,
     TIMEOUT,
     Unavailable,
+    parse_int,
     read_text,
 )
 from hostcheck.gather.gpuinfo import (
@@ -206,7 +207,7 @@ def _gather_gpu(nvml: Any, i: int, proc_name: Callable[[int], str]) -> GpuInfo:
     numa = get("nvmlDeviceGetNumaNodeId")
     if isinstance(numa, Unavailable) and isinstance(bus_id, str):
         sysfs = read_text(f"/sys/bus/pci/devices/{bus_id}/numa_node")
-        numa = int(sysfs.strip()) if isinstance(sysfs, str) and sysfs.strip().lstrip("-").isdigit() else numa
+        numa = parse_int(sysfs, signed=True) if parse_int(sysfs, signed=True) is not None else numa
     dbe = get("nvmlDeviceGetRetiredPages", 1)  # NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
     sbe = get("nvmlDeviceGetRetiredPages", 0)
     nvlink_active, nvlinks = _nvlinks(nvml, h)

@@ -1,5 +1,5 @@
 """The RDMA fabric from sysfs: InfiniBand/RoCE ports, the PCI paths between GPUs and NICs, ACS on the bridges
-between them, the GPUDirect RDMA kernel path and the NCCL variables of the training environment.
+between them, the GPUDirect RDMA kernel path and NCCL's configuration (hostcheck.gather.nccl_conf).
 
 Read-only, under the one host root (``Options.host_root``), every file through the one bounded reader; the
 ``parse_*`` functions are pure. Nothing is written but the counters (through :mod:`hostcheck.gather.state`, by
@@ -12,6 +12,14 @@ Documentation/ABI/testing/sysfs-bus-pci; ACS (PCI Express extended capability 0x
 the PCI Express Base Specification as pciutils' ``lspci -vvv`` decodes it (``ACSCtl: SrcValid+ ...``, ls-ecaps.c).
 A non-root reader gets the first 64 bytes of a device's ``config`` only (drivers/pci/pci-sysfs.c), so ACS is then
 "not readable", never "off".
+
+The error counters are the PMA PortCounters fields, whose widths the kernel reads them at
+(drivers/infiniband/core/sysfs.c, ``PORT_PMA_ATTR``): ``link_downed`` and ``link_error_recovery`` 8 bits, the
+constraint errors 8 bits, ``local_link_integrity_errors`` and ``excessive_buffer_overrun_errors`` 4 bits, the
+others 16 bits. PMA counters stop at their maximum (the InfiniBand architecture's PortCounters attribute): a
+counter at its maximum is saturated and cannot rise however many events follow.
+
+Where GPUs and NICs sit against each other, in NCCL's words, is hostcheck.gather.rdma_topology's.
 """
 
 from __future__ import annotations
@@ -22,14 +30,27 @@ import struct
 from dataclasses import dataclass, field
 
 from hostcheck import infile
-from hostcheck.gather.base import HOST_ROOT, Unavailable, list_dir, parse_counter, read_text, under
+from hostcheck.gather.base import (
+    HOST_ROOT,
+    Unavailable,
+    guarded,
+    list_dir,
+    outside_root,
+    parse_counter,
+    parse_int,
+    read_text,
+    under,
+)
 from hostcheck.gather.hardware import PCI_DEVICES, pci_kind
+from hostcheck.gather.nccl_conf import NcclConfig
 from hostcheck.gather.state import CounterState
 
 IB_CLASS = "sys/class/infiniband"
 NET_CLASS = "sys/class/net"
-#: Devices, ports and counters read at most: a node has tens, a hostile tree could have millions.
-MAX_DEVICES, MAX_PORTS, MAX_COUNTERS = 64, 16, 256
+#: Devices, ports and counters read at most: a node has tens, a hostile tree could have millions. Devices and ports
+#: past the cap are counted (up to MAX_LISTED names) and said (RdmaSnapshot.unread), never dropped in silence.
+MAX_DEVICES, MAX_PORTS, MAX_COUNTERS = 1024, 16, 256
+MAX_LISTED = 1 << 16
 BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 #: The modules that give the NICs GPU memory (the peer-memory path): nvidia-peermem since R470, nv_peer_mem before.
@@ -55,6 +76,23 @@ ERROR_COUNTERS = (
     "VL15_dropped",
 )
 LINK_DOWNED = "link_downed"
+#: Seconds in each unit a counter line is stated per (NVIDIA NVSentinel states them per second, minute or hour).
+WINDOW_S = {"s": 1.0, "min": 60.0, "h": 3600.0}
+#: Each error counter's width in bits as the kernel reads it (drivers/infiniband/core/sysfs.c, PORT_PMA_ATTR).
+COUNTER_BITS = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+}
 
 
 @dataclass(frozen=True)
@@ -70,10 +108,18 @@ class RdmaPort:
     link_layer: str = ""  # InfiniBand / Ethernet
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
+    #: Why no error counter could be read ("" when one was): the folder missing, or what a file said instead
+    #: of a number ("N/A (no PMA)": the device has no performance management agent).
+    counters_unread: str = ""
 
     @property
     def name(self) -> str:
         return f"{self.device} port {self.port}"
+
+    @property
+    def short(self) -> str:
+        """``mlx5_3:1``, for the few words of a drain reason."""
+        return f"{self.device}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -127,11 +173,17 @@ class RdmaSnapshot:
     gpudirect: GpuDirect = field(default_factory=GpuDirect)
     #: Network interfaces and their operstate (up, down, unknown...).
     netifs: dict[str, str] | Unavailable = field(default_factory=dict)
-    #: The NCCL_* variables of the training environment file, and that file.
-    nccl_env: dict[str, str] = field(default_factory=dict)
-    env_file: str = ""
+    #: NCCL's configuration: the environment and NCCL's files, in NCCL's order.
+    nccl: NcclConfig = field(default_factory=NcclConfig)
+    #: What was not read, one sentence each: devices and ports past the caps, a device whose reading failed.
+    unread: tuple[str, ...] = ()
     state: CounterState = field(default_factory=CounterState)
     taken_at: float = 0.0
+
+    @property
+    def nccl_env(self) -> dict[str, str]:
+        """The NCCL_* variables NCCL uses (the first source setting each)."""
+        return self.nccl.effective()
 
 
 # --- pure parsing ---------------------------------------------------------------------------------------
@@ -140,19 +192,18 @@ class RdmaSnapshot:
 def parse_enum(text: str) -> str:
     """``4: ACTIVE`` -> ``ACTIVE``; ``5: LinkUp`` -> ``LinkUp`` (the kernel prints "<number>: <name>")."""
     t = text.strip()
-    m = re.fullmatch(r"\d{1,3}:\s*([A-Za-z_ ]{1,40})", t)
+    m = re.fullmatch(r"[0-9]{1,3}:\s*([A-Za-z_ ]{1,40})", t)
     return m.group(1).strip() if m else t[:40]
 
 
 def parse_rate(text: str) -> float | None:
     """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5; garbage -> None."""
-    m = re.match(r"\s*(\d{1,5}(?:\.\d{1,3})?) Gb/sec\b", text)
+    m = re.match(r"\s*([0-9]{1,5}(?:\.[0-9]{1,3})?) Gb/sec\b", text)
     return float(m.group(1)) if m else None
 
 
 def parse_numa(text: str) -> int | None:
-    t = text.strip()
-    return int(t) if t.isdigit() and len(t) < 5 else None  # -1: no NUMA affinity
+    return parse_int(text, digits=4)  # -1: no NUMA affinity
 
 
 def parse_pci_link(target: str, address: str) -> tuple[str, tuple[str, ...]] | None:
@@ -199,8 +250,21 @@ def nccl_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
     for item in v.split(",")[:64]:
         name, _colon, port = item.strip().partition(":")
         if name:
-            out.append((name[:64], int(port) if port.isdigit() and len(port) < 4 else None))
+            out.append((name[:64], parse_int(port, digits=3)))
     return exclude, exact, out
+
+
+def saturated(counter: str, value: int) -> bool:
+    """True when ``counter`` is at the largest value its PMA field holds (it stops there: it cannot rise)."""
+    bits = COUNTER_BITS.get(counter)
+    return bits is not None and value >= (1 << bits) - 1
+
+
+def per(delta: int, elapsed_s: float, unit: str) -> float:
+    """A counter's rise as a rate per ``unit``, taken over at least one ``unit``: a rise over a shorter interval
+    counts as if spread over a whole one, so a short gap between two runs never inflates a burst into a rate."""
+    window = WINDOW_S[unit]
+    return delta * window / max(elapsed_s, window)
 
 
 # --- reading --------------------------------------------------------------------------------------------
@@ -218,63 +282,93 @@ def _link_name(path: str) -> str | None:
         return None
 
 
-def _counters(folder: str) -> dict[str, int]:
+def _counters(folder: str) -> tuple[dict[str, int], str]:
+    """The counters of a folder, and why none of GCM's error counters could be read ("" when one was)."""
     names = list_dir(folder)
+    if isinstance(names, Unavailable):
+        return {}, names.reason
     out: dict[str, int] = {}
-    for n in names[:MAX_COUNTERS] if isinstance(names, list) else ():
+    said = ""
+    for n in names[:MAX_COUNTERS]:
         if re.fullmatch(r"[A-Za-z0-9_]{1,64}", n):
             t = read_text(os.path.join(folder, n), 64)
             v = parse_counter(t) if isinstance(t, str) else None
             if v is not None:
                 out[n] = v
-    return out
+            elif n in COUNTER_BITS and not said:
+                said = f"{n}: {t.strip()[:40]!r}" if isinstance(t, str) else f"{n}: {t.reason}"
+    if any(k in out for k in ERROR_COUNTERS):
+        return out, ""
+    return out, said or "no error counter in counters/"
 
 
-def read_port(dev_dir: str, device: str, port: str) -> RdmaPort:
-    d = os.path.join(dev_dir, "ports", port)
+def read_port(dev_dir: str, device: str, port: int) -> RdmaPort:
+    d = os.path.join(dev_dir, "ports", str(port))
     rate = _text(os.path.join(d, "rate"))
+    counters, unread = _counters(os.path.join(d, "counters"))
     return RdmaPort(
         device=device,
-        port=int(port),
+        port=port,
         state=parse_enum(_text(os.path.join(d, "state"))),
         phys_state=parse_enum(_text(os.path.join(d, "phys_state"))),
         rate_gbps=parse_rate(rate),
         rate_text=rate[:40],
         link_layer=_text(os.path.join(d, "link_layer"))[:20],
-        counters=_counters(os.path.join(d, "counters")),
-        hw_counters=_counters(os.path.join(d, "hw_counters")),
+        counters=counters,
+        hw_counters=_counters(os.path.join(d, "hw_counters"))[0],
+        counters_unread=unread,
     )
 
 
-def read_devices(root: str) -> tuple[RdmaDevice, ...] | Unavailable:
+def _past(what: str, names: list, cap: int) -> list[str]:
+    """The sentence for the names of a listing past its cap, or none."""
+    if len(names) <= cap:
+        return []
+    more = "or more " if len(names) >= MAX_LISTED else ""
+    return [f"{len(names) - cap} {more}{what} past the first {cap} not read"]
+
+
+def read_device(base: str, name: str) -> tuple[RdmaDevice, list[str]]:
+    """One device under ``base`` (/sys/class/infiniband) and what of it was not read."""
+    d = os.path.join(base, name)
+    pci = _link_name(os.path.join(d, "device"))
+    listed = list_dir(os.path.join(d, "ports"), MAX_LISTED)
+    numbers = sorted(n for n in map(parse_int, listed if isinstance(listed, list) else []) if n is not None)
+    nets = list_dir(os.path.join(d, "device", "net"))
+    device = RdmaDevice(
+        name=name,
+        pci=pci if pci and BDF_RE.fullmatch(pci) else None,
+        numa_node=parse_numa(_text(os.path.join(d, "device", "numa_node"))),
+        fw_ver=_text(os.path.join(d, "fw_ver"))[:64],
+        board_id=_text(os.path.join(d, "board_id"))[:64],
+        netdevs=tuple(n[:32] for n in nets[:16]) if isinstance(nets, list) else (),
+        ports=tuple(read_port(d, name, p) for p in numbers[:MAX_PORTS]),
+    )
+    return device, _past(f"ports of {name}", numbers, MAX_PORTS)
+
+
+def read_devices_noted(root: str) -> tuple[tuple[RdmaDevice, ...] | Unavailable, tuple[str, ...]]:
+    """The RDMA devices under ``root`` (the first MAX_DEVICES by name), and what was not read: the devices and
+    ports past the caps, each device whose reading failed (left out; the others are read)."""
     base = under(root, IB_CLASS)
-    names = list_dir(base)
+    names = list_dir(base, MAX_LISTED)
     if isinstance(names, Unavailable):
-        return names
-    out = []
+        return names, ()
+    names = [n for n in names if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n)]
+    out, unread = [], _past("RDMA devices", names, MAX_DEVICES)
     for name in names[:MAX_DEVICES]:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+        got = guarded(name, lambda name=name: read_device(base, name))
+        if isinstance(got, Unavailable):
+            unread.append(got.reason)
             continue
-        d = os.path.join(base, name)
-        pci = _link_name(os.path.join(d, "device"))
-        ports = list_dir(os.path.join(d, "ports"))
-        nets = list_dir(os.path.join(d, "device", "net"))
-        out.append(
-            RdmaDevice(
-                name=name,
-                pci=pci if pci and BDF_RE.fullmatch(pci) else None,
-                numa_node=parse_numa(_text(os.path.join(d, "device", "numa_node"))),
-                fw_ver=_text(os.path.join(d, "fw_ver"))[:64],
-                board_id=_text(os.path.join(d, "board_id"))[:64],
-                netdevs=tuple(n[:32] for n in nets[:16]) if isinstance(nets, list) else (),
-                ports=tuple(
-                    read_port(d, name, p)
-                    for p in (ports if isinstance(ports, list) else [])[:MAX_PORTS]
-                    if p.isdigit()
-                ),
-            )
-        )
-    return tuple(out)
+        out.append(got[0])
+        unread += got[1]
+    return tuple(out), tuple(unread)
+
+
+def read_devices(root: str) -> tuple[RdmaDevice, ...] | Unavailable:
+    """The RDMA devices under ``root`` (:func:`read_devices_noted` without its notes)."""
+    return read_devices_noted(root)[0]
 
 
 def read_path(root: str, address: str, kind: str) -> PciPath | None:
@@ -303,6 +397,9 @@ def read_gpu_paths(root: str) -> tuple[PciPath, ...]:
 
 def read_acs(root: str, bridge: str) -> Acs:
     path = os.path.join(under(root, PCI_DEVICES), bridge, "config")
+    escape = outside_root(path)
+    if escape:
+        return Acs(bridge, None, escape)
     try:
         data = infile.read_bytes(path, 4096, truncate=True)
     except infile.ReadError as exc:
@@ -343,84 +440,42 @@ def counters_of(snap: RdmaSnapshot) -> dict[str, dict[str, int]]:
     }
 
 
-def gather_rdma(
-    root: str = HOST_ROOT,
-    state: CounterState | None = None,
-    env: dict[str, str] | None = None,
-    env_file: str = "",
-    now: float = 0.0,
-) -> RdmaSnapshot:
-    """Read everything, judge nothing. ``state``: the counters of the last run, loaded once by the caller (who also
-    saves this run's, :func:`counters_of`, once with every other namespace)."""
-    devices = read_devices(root)
+def read_topology(
+    root: str, devices: tuple[RdmaDevice, ...] | Unavailable
+) -> tuple[tuple[PciPath, ...], tuple[PciPath, ...]]:
+    """The PCI paths of the GPUs and of the RDMA devices' functions (none without an RDMA device)."""
+    if not isinstance(devices, tuple) or not devices:
+        return (), ()
     nics = []
-    for d in devices if isinstance(devices, tuple) else ():
+    for d in devices:
         path = read_path(root, d.pci, "NIC") if d.pci else None
         if path is not None:
             nics.append(path)
-    gpus = read_gpu_paths(root) if isinstance(devices, tuple) and devices else ()
+    return read_gpu_paths(root), tuple(nics)
+
+
+def gather_rdma(
+    root: str = HOST_ROOT,
+    state: CounterState | None = None,
+    nccl: NcclConfig | None = None,
+    now: float = 0.0,
+) -> RdmaSnapshot:
+    """Read everything, judge nothing. ``state``: the counters of the last run, loaded once by the caller (who also
+    saves this run's, :func:`counters_of`, once with every other namespace); ``nccl``: NCCL's configuration
+    (hostcheck.gather.nccl_conf.read_nccl_config, read by the caller under the same root)."""
+    devices, unread = read_devices_noted(root)
+    gpus, nics = read_topology(root, devices)
     bridges = sorted({b for p in (*gpus, *nics) for b in p.bridges})
     return RdmaSnapshot(
         root=root,
         devices=devices,
         gpus=gpus,
-        nics=tuple(nics),
+        nics=nics,
         acs={b: read_acs(root, b) for b in bridges[:256]},
         gpudirect=read_gpudirect(root),
         netifs=read_netifs(root),
-        nccl_env={k: v for k, v in (env or {}).items() if k.startswith("NCCL_")},
-        env_file=env_file,
+        nccl=nccl or NcclConfig(),
+        unread=unread,
         state=state or CounterState(),
         taken_at=now,
     )
-
-
-# --- GPU-NIC placement (pure: the checks and the Prometheus series both use it) ---------------------------
-
-SWITCH, NUMA, APART = "switch", "numa", "apart"
-
-
-@dataclass(frozen=True)
-class Pairing:
-    """A GPU's nearest RDMA NIC: under the same PCIe switch (a bridge in common), else on the same NUMA node."""
-
-    gpu: str  # PCI address
-    nic: str | None  # RDMA device name (mlx5_0), None when there is no NIC at all
-    level: str  # SWITCH, NUMA or APART
-    #: The bridges between the two (for ACS): below the deepest common bridge, and that bridge itself.
-    bridges: tuple[str, ...] = ()
-
-
-def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def pair_gpus(snap: RdmaSnapshot) -> tuple[Pairing, ...]:
-    names = {d.pci: d.name for d in snap.devices if d.pci} if isinstance(snap.devices, tuple) else {}
-    out = []
-    for g in snap.gpus:
-        best: tuple[int, int, str, str, tuple[str, ...]] | None = None
-        for n in snap.nics:
-            name = names.get(n.address)
-            if name is None:
-                continue
-            shared = _common(g.bridges, n.bridges) if g.root == n.root else 0
-            if shared:
-                level, rank = SWITCH, 2
-                between = (g.bridges[shared - 1], *g.bridges[shared:], *n.bridges[shared:])
-            else:
-                same = g.numa_node is not None and g.numa_node == n.numa_node
-                level, rank = (NUMA, 1) if same else (APART, 0)
-                between = (*g.bridges, *n.bridges)
-            key = (rank, shared, name, level, tuple(dict.fromkeys(between)))
-            # Nearest first; among equals the first device by name.
-            if best is None or (key[0], key[1]) > (best[0], best[1]):
-                best = key
-        if best is None:
-            out.append(Pairing(g.address, None, APART))
-        else:
-            out.append(Pairing(g.address, best[2], best[3], best[4]))
-    return tuple(out)

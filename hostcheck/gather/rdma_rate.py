@@ -2,7 +2,9 @@
 
 A flat view of what the fabric gatherer reads (:func:`hostcheck.gather.rdma.read_devices`: the one reader of
 ``/sys/class/infiniband`` under the host root, bounded, through the one bounded file reader): one row per port with
-its device's NUMA node, which is what the workload's NIC sections are judged and bound against.
+its device's NUMA node, which is what the workload's NIC sections are judged and bound against, and the GPU its
+NIC serves by PCIe topology (:func:`hostcheck.gather.rdma.nic_gpus`, never the order of the names: mlx5_10 sorts
+before mlx5_2), as nvidia-smi and CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID number it (PCI address order).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostcheck.gather.base import NOT_FOUND, Unavailable
-from hostcheck.gather.rdma import IB_CLASS, parse_enum, read_devices
+from hostcheck.gather.rdma import IB_CLASS, RdmaSnapshot, parse_enum, read_devices, read_topology
+from hostcheck.gather.rdma_topology import nic_gpus
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,10 @@ class NicPort:
     link_layer: str | None
     #: The NUMA node of the device's PCI function (``<device>/device/numa_node``), or None.
     numa_node: int | None = None
+    #: The GPU the NIC serves by PCIe topology: its index in PCI address order and its PCI address; None when
+    #: the NIC serves none or the topology could not be read.
+    gpu: int | None = None
+    gpu_pci: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +42,8 @@ class NicPort:
             "state": self.state,
             "link_layer": self.link_layer,
             "numa_node": self.numa_node,
+            "gpu": self.gpu,
+            "gpu_pci": self.gpu_pci,
         }
 
 
@@ -49,8 +58,20 @@ def gather_rdma_ports(host_root: str = "/") -> tuple[NicPort, ...] | Unavailable
     devices = read_devices(host_root)
     if isinstance(devices, Unavailable) or not devices:
         return Unavailable(NOT_FOUND, f"no RDMA device under /{IB_CLASS}")
+    gpus, nics = read_topology(host_root, devices)
+    served = nic_gpus(RdmaSnapshot(root=host_root, devices=devices, gpus=gpus, nics=nics))
+    index = {g.address: i for i, g in enumerate(sorted(gpus, key=lambda g: g.address))}
     out = tuple(
-        NicPort(d.name, p.port, p.rate_gbps, p.state or None, p.link_layer or None, d.numa_node)
+        NicPort(
+            d.name,
+            p.port,
+            p.rate_gbps,
+            p.state or None,
+            p.link_layer or None,
+            d.numa_node,
+            index.get(served.get(d.name, "")),
+            served.get(d.name),
+        )
         for d in devices
         for p in d.ports
     )

@@ -19,6 +19,7 @@ from hostcheck.gather.base import (
     CmdResult,
     Runner,
     Unavailable,
+    parse_int,
     read_text,
     run_cmd,
 )
@@ -46,6 +47,7 @@ GPU_FIELDS = (
     "clocks_event_reasons.active",
     "temperature.gpu",
     "persistence_mode",
+    "mig.mode.current",
 )
 #: Older drivers know the throttle name only.
 FIELD_ALIASES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -59,6 +61,13 @@ REMAP_FIELDS = (
 APP_FIELDS = ("gpu_bus_id", "pid", "process_name", "used_memory")
 
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field', re.IGNORECASE)
+#: What nvidia-smi prints, in place of a GPU's row, for a GPU whose NVML handle it cannot get (the GPU fell off the
+#: bus: NVIDIA/open-gpu-kernel-modules#387, fixed by reseating it); it goes on with the other GPUs.
+_NO_HANDLE = re.compile(
+    r"Unable to determine the device handle for GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+): (.{1,200})"
+)
+#: The key a lost GPU's row carries in :func:`query`'s answer instead of its fields.
+LOST = "__lost__"
 
 
 def cell(raw: str) -> Any:
@@ -69,7 +78,9 @@ def cell(raw: str) -> Any:
     low = v.lower()
     if "not supported" in low or "n/a" in low:
         return Unavailable(NOT_SUPPORTED, "not supported on this GPU")
-    if "lost" in low or "requires reset" in low:
+    if "requires reset" in low:
+        return Unavailable(GPU_LOST, "the GPU requires a reset (nvidia-smi: [GPU requires reset])")
+    if "lost" in low:
         return Unavailable(GPU_LOST, v.strip("[]"))
     if "permission" in low:
         return Unavailable(NO_PERMISSION, "insufficient permissions (run as root)")
@@ -80,7 +91,10 @@ def _int(v: Any) -> Any:
     if isinstance(v, Unavailable):
         return v
     try:
-        return int(str(v).split()[0], 0)  # base 0: also '0x0000000000000001'
+        word = str(v).split()[0]
+        if not word.isascii():  # int() reads "٣" as 3: not a number nvidia-smi writes
+            raise ValueError(word)
+        return int(word, 0)  # base 0: also '0x0000000000000001'
     except (ValueError, IndexError):
         return Unavailable(ERROR, f"unparsable {v!r}")
 
@@ -110,10 +124,29 @@ def smi_error(text: str) -> Unavailable:
     return Unavailable(ERROR, "nvidia-smi: " + (text.strip().splitlines() or ["failed"])[-1][:200])
 
 
+def lost_rows(text: str) -> list[dict[str, Any]]:
+    """The GPUs nvidia-smi could not get a handle for, each as a row of its bus id and why it is lost."""
+    out = []
+    for m in _NO_HANDLE.finditer(text):
+        bus = normalise_bus_id(m.group(1))
+        why = m.group(2).strip()
+        out.append(
+            {
+                "pci.bus_id": m.group(1),
+                LOST: Unavailable(
+                    GPU_LOST,
+                    f"GPU {bus} lost: NVML cannot get its handle ({why}); reset it, and reseat it if it stays lost",
+                ),
+            }
+        )
+    return out
+
+
 def query(
     runner: Runner, kind: str, fields: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], Unavailable | None]:
-    """Run ``nvidia-smi --query-<kind>=fields``; drop fields this driver does not know, retry."""
+    """Run ``nvidia-smi --query-<kind>=fields``; drop fields this driver does not know, retry. A GPU nvidia-smi
+    cannot reach is a row holding :data:`LOST` (where it stands among the others), not a failed query."""
     fields = tuple(fields)
     for _attempt in range(6):
         r = runner(["nvidia-smi", f"--query-{kind}={','.join(fields)}", "--format=csv,noheader,nounits"], 30)
@@ -126,11 +159,16 @@ def query(
             alias = FIELD_ALIASES.get(name)
             fields = tuple(alias if f == name and alias else f for f in fields if f != name or alias)
             continue
-        if r.rc != 0:
+        lost = lost_rows(out)
+        if r.rc != 0 and not lost:
             return [], smi_error(out)
         rows = []
         for line in r.stdout.splitlines():
             if not line.strip():
+                continue
+            gone = lost_rows(line)
+            if gone:
+                rows += gone
                 continue
             cells = [c.strip() for c in line.split(",")]
             if len(cells) != len(fields):  # a name with a comma: join the overflow into the name column
@@ -139,6 +177,8 @@ def query(
                     i = fields.index("name")
                     cells[i : i + extra + 1] = [",".join(cells[i : i + extra + 1])]
             rows.append(dict(zip(fields, (cell(c) for c in cells))))
+        said = {str(r["pci.bus_id"]) for r in rows if LOST in r}
+        rows += [r for r in lost if str(r["pci.bus_id"]) not in said]  # printed on stderr
         return rows, None
     return [], Unavailable(ERROR, "nvidia-smi rejected the query fields")
 
@@ -150,6 +190,13 @@ def _field(row: dict[str, Any], name: str) -> Any:
     if alias and alias in row:
         return row[alias]
     return Unavailable(NOT_SUPPORTED, f"nvidia-smi field {name} unknown to this driver")
+
+
+def _mig(v: Any) -> Any:
+    """nvidia-smi's mig.mode.current ("Enabled", "Disabled", "[N/A]") as NVML's (current, pending) pair; the
+    pending half is not read here and repeats the current one."""
+    on = _flag(v)
+    return on if isinstance(on, Unavailable) else (int(on), int(on))
 
 
 def parse_cuda_version(text: str) -> int | None:
@@ -166,7 +213,9 @@ def gather_smi(runner: Runner = run_cmd) -> NvmlSnapshot:
     head = runner(["nvidia-smi"], 30)
     cuda = parse_cuda_version(head.stdout) if isinstance(head, CmdResult) else None
     remaps = {
-        normalise_bus_id(str(r["gpu_bus_id"])): r for r in remap_rows if isinstance(r["gpu_bus_id"], str)
+        normalise_bus_id(str(r["gpu_bus_id"])): r
+        for r in remap_rows
+        if LOST not in r and isinstance(r.get("gpu_bus_id"), str)
     }
     apps: dict[str, list[GpuProcess]] = {}
     for a in app_rows:
@@ -184,6 +233,9 @@ def gather_smi(runner: Runner = run_cmd) -> NvmlSnapshot:
     for i, row in enumerate(rows):
         bus = row.get("pci.bus_id")
         bus_id = normalise_bus_id(bus) if isinstance(bus, str) else bus
+        if LOST in row:
+            gpus.append(GpuInfo(index=i, pci_bus_id=bus_id, handle_error=row[LOST]))
+            continue
         driver = row.get("driver_version", driver)
         cap = _field(row, "compute_cap")
         if isinstance(cap, str):
@@ -196,15 +248,18 @@ def gather_smi(runner: Runner = run_cmd) -> NvmlSnapshot:
         rr: Any = remap_err or Unavailable(NOT_SUPPORTED, "row remapping not reported")
         if isinstance(bus_id, str) and bus_id in remaps:
             r = remaps[bus_id]
-            vals = [r[f] for f in REMAP_FIELDS[1:]]
-            missing = next((v for v in vals if isinstance(v, Unavailable)), None)
-            rr = missing or (_int(vals[0]), _int(vals[1]), _flag(vals[2]), _flag(vals[3]))
+            vals = [r.get(f, Unavailable(NOT_SUPPORTED, f"{f} not reported")) for f in REMAP_FIELDS[1:]]
+            parsed = (_int(vals[0]), _int(vals[1]), _flag(vals[2]), _flag(vals[3]))
+            # A cell that is not a number or a flag leaves the remap state unknown, never a failed remap.
+            rr = next((v for v in parsed if isinstance(v, Unavailable)), None) or parsed
         numa: Any = Unavailable(NOT_SUPPORTED, "no NUMA node in sysfs")
         if isinstance(bus_id, str):
             t = read_text(f"/sys/bus/pci/devices/{bus_id}/numa_node")
-            if isinstance(t, str) and t.strip().lstrip("-").isdigit():
-                numa = int(t.strip())
+            if parse_int(t, signed=True) is not None:
+                numa = parse_int(t, signed=True)
         idx = _int(row.get("index", str(i)))
+        # A GPU that answers "[GPU requires reset]" (or "[GPU is lost]") in any cell is lost as a whole.
+        lost = next((v for v in row.values() if isinstance(v, Unavailable) and v.kind == GPU_LOST), None)
         gpus.append(
             GpuInfo(
                 index=idx if isinstance(idx, int) else i,
@@ -231,6 +286,8 @@ def gather_smi(runner: Runner = run_cmd) -> NvmlSnapshot:
                 persistence_mode=_flag(_field(row, "persistence_mode")),
                 numa_node=numa,
                 processes=app_err or tuple(apps.get(bus_id, ())) if isinstance(bus_id, str) else (),
+                mig_mode=_mig(_field(row, "mig.mode.current")),
+                handle_error=lost,
             )
         )
     return NvmlSnapshot(

@@ -17,13 +17,16 @@ from hostcheck.gather.base import (
     HOST_ROOT,
     NO_PERMISSION,
     NOT_FOUND,
+    OUTPUT_CAP,
     CmdResult,
     Runner,
     Unavailable,
+    parse_int,
     read_text,
     run_cmd,
 )
 from hostcheck.gather.fabric import NO_FABRIC, FabricState, gather_fabric
+from hostcheck.gather.gpuinfo import BusId
 
 #: The kernel-log window when the caller names none: the shipped XID policy's window_hours (hostcheck/data/xid.json).
 XID_WINDOW_HOURS = default_xid_policy().window_hours
@@ -71,25 +74,45 @@ def parse_os_release(text: str) -> dict[str, str]:
 
 
 def parse_driver_version(text: str) -> str | None:
-    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+([0-9]{1,6}\.[0-9]{1,6}(?:\.[0-9]{1,6})?)", text)
     return m.group(1) if m else None
 
 
+#: CPUs in a list at most (Linux's NR_CPUS tops out at 8192): a range of a billion is not a node's.
+MAX_CPUS = 1 << 16
+
+
 def parse_cpulist(text: str) -> tuple[int, ...]:
+    """The kernel's CPU list ("0-55,112-167") as CPU numbers; a part that is not a number or a range of them is
+    left out."""
     cpus: list[int] = []
     for part in text.strip().split(","):
-        if not part:
+        a, dash, b = part.partition("-")
+        lo, hi = parse_int(a, digits=5), parse_int(b, digits=5) if dash else parse_int(a, digits=5)
+        if lo is None or hi is None or hi < lo:
             continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            cpus.extend(range(int(a), int(b) + 1))
-        else:
-            cpus.append(int(part))
+        cpus.extend(range(lo, min(hi, lo + MAX_CPUS - len(cpus) - 1) + 1))
+        if len(cpus) >= MAX_CPUS:
+            break
     return tuple(cpus)
 
 
-_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)")
-_ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})[,.]?\d*([+-]\d{2}:?\d{2})?")
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): ([0-9]{1,6}),?\s*(.*)")
+#: A GPU that fell off the bus, said by the driver without an Xid line: the probe's "NVRM: The NVIDIA GPU
+#: 0000:b3:00.0 / (PCI ID: ...) installed in this system has / fallen off the bus and is not responding to
+#: commands." (NVIDIA/open-gpu-kernel-modules, src/nvidia/arch/nvalloc/unix/src/osapi.c, NV_ERR_GPU_IS_LOST; one
+#: message over three lines) and RM's "NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.". NVIDIA's NVSentinel
+#: and leptonai/gpud report both as Xid 79.
+_FALLEN_START = re.compile(
+    r"NVRM: (?:The NVIDIA GPU|GPU) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\b"
+)
+_FALLEN = "fallen off the bus"
+#: Lines the three-line message may span after its first.
+_FALLEN_SPAN = 3
+FALLEN_OFF_XID = 79
+_ISO_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})[,.]?\d*(?:([+-])(\d{2}):?(\d{2}))?", re.ASCII
+)
 
 
 #: Kernel-log lines asked of journalctl at most: a flood of messages cannot make a run read without end.
@@ -98,15 +121,22 @@ KERNEL_LOG_LINES = 50_000
 
 def within_window(text: str, hours: float, now: datetime | None = None) -> list[str]:
     """The lines of ``text`` not older than ``hours``: a line with an ISO timestamp before the cutoff is dropped, a
-    line without one is kept."""
+    line without one (or with an impossible one) is kept. The fields are read as numbers, not through strptime: a
+    journal of 50,000 lines (KERNEL_LOG_LINES) is read on every run."""
     cutoff = (now or datetime.now(timezone.utc)) - timedelta(hours=hours)
+    zones: dict[tuple[str, str, str], timezone] = {}
     kept = []
     for line in text.splitlines():
         t = _ISO_RE.match(line)
         if t:
+            y, mo, d, h, mi, sec, sign, zh, zm = t.groups()
+            key = (sign or "+", zh or "00", zm or "00")
             try:
-                tz = (t.group(2) or "+00:00").replace(":", "")
-                if datetime.strptime(t.group(1) + tz, "%Y-%m-%dT%H:%M:%S%z") < cutoff:
+                tz = zones.get(key)
+                if tz is None:
+                    offset = timedelta(hours=int(key[1]), minutes=int(key[2]))
+                    tz = zones[key] = timezone(-offset if key[0] == "-" else offset)
+                if datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), tzinfo=tz) < cutoff:
                     continue
             except ValueError:
                 pass
@@ -117,14 +147,28 @@ def within_window(text: str, hours: float, now: datetime | None = None) -> list[
 def parse_xid_lines(
     text: str, now: datetime | None = None, hours: float = XID_WINDOW_HOURS
 ) -> list[XidEvent]:
-    """XID events from kernel log lines; lines with an ISO timestamp older than ``hours`` are dropped."""
+    """XID events from kernel log lines; lines with an ISO timestamp older than ``hours`` are dropped. A GPU the
+    driver says fell off the bus, with no Xid 79 line of its own, is an Xid 79 event too."""
     events = []
-    for line in within_window(text, hours, now):
+    lines = within_window(text, hours, now)
+    fallen: list[str] = []
+    for i, line in enumerate(lines):
         m = _XID_RE.search(line)
         if m:
             events.append(
                 XidEvent(pci=m.group(1).lower(), xid=int(m.group(2)), text=m.group(3).strip()[:160])
             )
+            continue
+        f = _FALLEN_START.search(line)
+        if f and any(_FALLEN in ln for ln in lines[i : i + _FALLEN_SPAN]):
+            bus = BusId(f.group(1)).kernel
+            if bus not in fallen:
+                fallen.append(bus)
+    logged = {e.pci for e in events if e.xid == FALLEN_OFF_XID}
+    for bus in fallen:
+        if bus not in logged:
+            said = "GPU has fallen off the bus (the driver's message, no Xid line)"
+            events.append(XidEvent(pci=bus, xid=FALLEN_OFF_XID, text=said))
     return events
 
 
@@ -133,21 +177,28 @@ def read_kernel_log(
 ) -> tuple[str | Unavailable, str]:
     """The kernel log of the last ``hours`` and where it came from: journalctl -k (journald applies the window,
     at most KERNEL_LOG_LINES lines), else dmesg cut to the same window. The one reader of the kernel log: the XIDs
-    (here) and the machine checks and hung tasks (gather.hardware) both come from it."""
+    (here) and the machine checks and hung tasks (gather.hardware) both come from it. A log past the output cap is
+    read to its end and its last OUTPUT_CAP bytes kept (the newest lines): the source says so."""
+    if runner is run_cmd:  # the newest lines are the ones that matter: keep the end of a flood, not its start
+        runner = lambda argv, timeout: run_cmd(argv, timeout, tail=True)  # noqa: E731
     # Whole minutes, rounded up: a window under a minute would otherwise ask journald for none.
     minutes = max(1, math.ceil(hours * 60))
     argv = ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "-n", str(KERNEL_LOG_LINES)]
     j = runner([*argv, "--since", f"-{minutes}min"], 15)
     journal_ok = isinstance(j, CmdResult) and j.rc == 0 and "No journal files" not in j.stderr
     if journal_ok and j.stdout.strip():
-        return j.stdout, f"journalctl -k, last {hours:g} h"
+        return j.stdout, f"journalctl -k, last {hours:g} h" + _cut(j)
     d = runner(["dmesg", "--time-format", "iso"], 15)
     if isinstance(d, CmdResult) and d.rc == 0:
-        return "\n".join(within_window(d.stdout, hours)), f"dmesg, last {hours:g} h"
+        return "\n".join(within_window(d.stdout, hours)), f"dmesg, last {hours:g} h" + _cut(d)
     if journal_ok:  # journald answered with an empty window and dmesg is not readable
         return "", f"journalctl -k, last {hours:g} h"
     why = d.reason if isinstance(d, Unavailable) else (d.stderr.strip()[:120] or f"dmesg exit {d.rc}")
     return Unavailable(NO_PERMISSION, f"kernel log not readable ({why}); run as root"), "none"
+
+
+def _cut(r: CmdResult) -> str:
+    return f" (cut: only its last {OUTPUT_CAP >> 20} MiB read)" if r.cut else ""
 
 
 def read_xids(
@@ -196,16 +247,15 @@ def gather_system(
     online = read_text("/sys/devices/system/cpu/online")
     cpus = list(parse_cpulist(online)) if isinstance(online, str) else list(range(os.cpu_count() or 1))
     numa = []
-    for node in sorted(
-        glob.glob("/sys/devices/system/node/node[0-9]*"), key=lambda p: int(p.rsplit("node", 1)[1])
-    ):
+    nodes = glob.glob("/sys/devices/system/node/node[0-9]*")
+    for _n, node in sorted((n, p) for p in nodes if (n := parse_int(p.rsplit("node", 1)[1])) is not None):
         cl = read_text(f"{node}/cpulist")
         if isinstance(cl, str):
             numa.append(parse_cpulist(cl))
     mem = 0
     meminfo = read_text("/proc/meminfo")
     if isinstance(meminfo, str):
-        m = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
+        m = re.search(r"MemTotal:\s+([0-9]{1,15}) kB", meminfo)
         mem = int(m.group(1)) * 1024 if m else 0
     drv_text = read_text("/proc/driver/nvidia/version")
     driver: str | Unavailable

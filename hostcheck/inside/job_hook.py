@@ -16,7 +16,9 @@ once a second from the main thread and at exit; nothing at all for a process tha
 - optimizer steps (torch's global step post-hook), autocast use (``torch.autocast.__enter__``), channels_last
   weights and cudnn.benchmark at the first step, torch's thread count, PIL's version;
 - time inside explicit ``torch.distributed`` collectives (each call's start and end, so the loop's share can be
-  told from a wait at the end of the run) and DDP's own backward compute/communication timers;
+  told from a wait at the end of the run) and DDP's own backward compute/communication timers. A collective on
+  CUDA tensors is timed on the GPU (CUDA events on the tensor's current stream, read without a synchronize: see
+  ``_Gpu``); one on CPU tensors (gloo) by the host clock, and each call's record says which;
 - where the loop's thread is between batches: from the first batch on, a thread of the hook's own samples that
   thread's Python stack (``sys._current_frames``) and its kernel wait channel and state
   (``/proc/self/task/<tid>/wchan`` and ``stat``) every STACK_S seconds, and counts the top frames;
@@ -43,7 +45,8 @@ MAX_ITERS = 256
 DETAIL_CAP = 500_000
 #: Optimizer steps after which DDP's timers are read at every step (then once a second).
 DDP_EARLY_STEPS = 12
-#: The collectives whose Python call is timed (blocking calls measure the wait; async ones only the launch).
+#: The collectives timed: on the GPU for CUDA tensors (blocking calls whole; asynchronous ones from their
+#: ``Work.wait()``), by the host clock otherwise.
 COLLECTIVES = (
     "all_reduce",
     "all_gather",
@@ -56,6 +59,18 @@ COLLECTIVES = (
 )
 #: Collective calls recorded one by one (start, end) per process; past this only their sums are kept.
 COLL_CAP = 100_000
+#: How each collective's time was taken: "gpu" (CUDA events), "host" (the host clock: CPU tensors, gloo, a call
+#: without a tensor such as barrier, or a call that raised), "launch" (only the Python call of an asynchronous
+#: collective that was never waited for, or whose GPU events were dropped unread: under-measured).
+CLOCKS = ("gpu", "host", "launch")
+#: Timed collectives whose CUDA events may wait unread at once; past this the oldest keeps its launch time.
+GPU_PENDING = 1024
+#: Asynchronous collectives (their Work) kept until waited for; past this the oldest keeps its launch time.
+WORK_TRACKED = 1024
+#: Idle CUDA events kept per device for reuse (an event is created once, not per call).
+EVENT_POOL = 64
+#: At exit, events still unfinished are polled this many times, 5 ms apart (at most 2 s), never synchronized.
+FINAL_POLLS = 400
 #: The loop thread's stack is sampled this often (seconds): low enough to cost nothing a step can see.
 STACK_S = 0.1
 #: Frames kept per stack sample (the innermost ones), and distinct stacks / wait channels counted.
@@ -75,6 +90,55 @@ class _Iter:
         self.buf = []
         self.ended = False
         self.last = 0.0
+
+
+class _Pending:
+    """One collective's CUDA events, recorded on a stream and read once both have finished."""
+
+    __slots__ = ("dev", "ev0", "ev1", "key", "name", "t0", "t1")
+
+    def __init__(self, name, t0, t1, dev, key, ev0, ev1):
+        self.name, self.t0, self.t1 = name, t0, t1
+        self.dev, self.key, self.ev0, self.ev1 = dev, key, ev0, ev1
+
+
+class _Gpu:
+    """GPU timing of collectives, without a synchronize in the training loop.
+
+    A collective on CUDA tensors returns once it is enqueued, so the Python call's time says nothing of the
+    communication. Around a blocking call, one CUDA event is recorded on the tensor's current stream before it
+    and one after it: torch makes that stream wait for the collective before returning, so the second event
+    finishes when the collective has. An asynchronous call (``async_op=True``) returns a ``Work``; its events are
+    recorded around the job's ``Work.wait()`` instead, which is where the stream waits for it: the time between
+    them is how long the stream stood still for the communication (what it cost the loop, not the part hidden
+    behind compute). Events are read later, with ``query()`` only (it never blocks): a few at each call and all
+    the finished ones at each flush (at most once a second, between steps). Each is placed on the host's clock
+    at the earliest time both the call and the stream's order allow: not before the call, and after the
+    previous collective on that stream by the gap the two events show. At most ``GPU_PENDING`` wait unread.
+    """
+
+    def __init__(self):
+        self.off = None  # why GPU timing stopped (then the host clock times everything)
+        self.pending = []
+        self.head = 0
+        self.pool = {}
+        self.chain = {}
+        self.works = {}
+        self.lock = None
+
+    def event(self, torch, dev):
+        free = self.pool.get(dev)
+        if free:
+            try:
+                return free.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        return torch.cuda.Event(enable_timing=True)
+
+    def release(self, dev, ev):
+        free = self.pool.setdefault(dev, [])
+        if len(free) < EVENT_POOL:
+            free.append(ev)
 
 
 class _State:
@@ -99,6 +163,8 @@ class _State:
         self.coll = {}
         self.coll_buf = []
         self.coll_n = 0
+        self.clocks = {}
+        self.gpu = _Gpu()
         self.ddp = []
         self.ddp_data = {}
         self.error = None
@@ -201,9 +267,10 @@ def flush(final=False):
                 it.buf = []
         if len(_S.iters) > MAX_ITERS // 2:
             _S.iters = [it for it in _S.iters if not it.ended][-MAX_ITERS // 2 :]
+        _collectives_read(final)
         if _S.coll_buf:
             buf, _S.coll_buf = _S.coll_buf, []
-            _S.pending.append({"k": "c", "c": [[n, round(a, 6), round(b, 6)] for n, a, b in buf]})
+            _S.pending.append({"k": "c", "c": [[n, round(a, 6), round(b, 6), k] for n, a, b, k in buf]})
         st = _S.stacks
         if st is not None and st.n != _S.stacks_written:
             _S.stacks_written = st.n
@@ -226,6 +293,24 @@ def flush(final=False):
         if _signalled(exc):
             raise
         _broken("writing records")
+
+
+def _collectives_read(final):
+    """The collectives' CUDA events that have finished, and the Works that died unwaited. At exit, what is
+    still running is polled for a bounded time (never a synchronize: a hung collective must not hang the exit),
+    and what then remains keeps its launch time."""
+    g = _S.gpu
+    if g.head < len(g.pending):
+        _poll()
+        if final:
+            for _ in range(FINAL_POLLS):
+                if g.head >= len(g.pending) or g.off is not None:
+                    break
+                time.sleep(0.005)
+                _poll()
+            _drop_pending()
+    if g.works:
+        _untracked_works(final)
 
 
 def _maybe_flush(now):
@@ -470,31 +555,236 @@ def _patch_autocast(mode):
 
 
 # --- distributed --------------------------------------------------------------------------------------------
+def _first_tensor(args, kwargs):
+    """The CUDA tensor (or the first of a tensor list) a collective works on; None for a CPU tensor or a call
+    without one (barrier)."""
+    x = args[0] if args else None
+    if x is None:
+        for key in ("tensor", "output_tensor", "output", "tensor_list"):
+            x = kwargs.get(key)
+            if x is not None:
+                break
+    if type(x) in (list, tuple):
+        x = x[0] if x else None
+    return x if getattr(x, "is_cuda", False) is True and getattr(x, "device", None) is not None else None
+
+
+def _begin(device):
+    """A start event on ``device``'s current stream: (device index, stream, event), or None when the call is
+    host timed (GPU timing stopped, or a CUDA graph being captured: a timing event would break the capture)."""
+    g = _S.gpu
+    if g.off is not None:
+        return None
+    torch = sys.modules["torch"]
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    dev = device.index
+    stream = torch.cuda.current_stream(device)
+    ev = g.event(torch, dev)
+    ev.record(stream)
+    return dev, stream, ev
+
+
+def _gpu_failed(exc):
+    _S.gpu.off = f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _add(name, a, b, clock):
+    """One collective's time, taken: per name (count, seconds) was counted at the call, seconds here."""
+    c = _S.coll.get(name)
+    if c is None:
+        c = _S.coll[name] = [0, 0.0]
+    c[1] += b - a
+    _S.clocks[clock] = _S.clocks.get(clock, 0) + 1
+    if _S.coll_n < COLL_CAP:
+        _S.coll_n += 1
+        _S.coll_buf.append((name, a, b, clock))
+
+
+def _pend(name, t0, t1, begun):
+    """The end event after a call (or a wait) that began with ``begun``; read later by _poll."""
+    g = _S.gpu
+    dev, stream, ev0 = begun
+    ev1 = g.event(sys.modules["torch"], dev)
+    ev1.record(stream)
+    g.pending.append(_Pending(name, t0, t1, dev, (dev, getattr(stream, "cuda_stream", id(stream))), ev0, ev1))
+    if len(g.pending) - g.head > GPU_PENDING:
+        _poll(limit=len(g.pending))
+        if len(g.pending) - g.head > GPU_PENDING:  # the GPU is that far behind: keep the oldest's launch time
+            old = g.pending[g.head]
+            g.pending[g.head] = None
+            g.head += 1
+            _add(old.name, old.t0, old.t1, "launch")
+    _poll(limit=2)
+
+
+def _poll(limit=None):
+    """Read the events that have finished, oldest first (each entry's second event finishes after its first:
+    both are on one stream). Never waits; another thread already polling is left to it."""
+    g = _S.gpu
+    if g.lock is None:
+        import threading
+
+        g.lock = threading.Lock()
+    if not g.lock.acquire(blocking=False):
+        return
+    try:
+        n = 0
+        while g.head < len(g.pending) and (limit is None or n < limit):
+            p = g.pending[g.head]
+            if not p.ev1.query():
+                break
+            g.pending[g.head] = None
+            g.head += 1
+            n += 1
+            try:
+                _resolve(p)
+            except Exception:
+                _add(p.name, p.t0, p.t1, "launch")
+                raise
+        if g.head > 256 and g.head * 2 > len(g.pending):
+            del g.pending[: g.head]
+            g.head = 0
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+        _gpu_failed(exc)
+        _drop_pending()
+    finally:
+        g.lock.release()
+
+
+def _resolve(p):
+    g = _S.gpu
+    dur = max(0.0, p.ev0.elapsed_time(p.ev1) / 1000.0)
+    start = p.t0
+    prev = g.chain.get(p.key)
+    if prev is not None:
+        start = max(start, prev[1] + max(0.0, prev[0].elapsed_time(p.ev0) / 1000.0))
+        g.release(p.dev, prev[0])
+    g.chain[p.key] = (p.ev1, start + dur)
+    g.release(p.dev, p.ev0)
+    _add(p.name, start, max(p.t1, start + dur), "gpu")
+
+
+def _drop_pending():
+    """GPU timing stopped (or the process is ending): what was not read keeps its launch time."""
+    g = _S.gpu
+    for p in g.pending[g.head :]:
+        if p is not None:
+            _add(p.name, p.t0, p.t1, "launch")
+    g.pending, g.head, g.chain = [], 0, {}
+
+
+def _track(work, name, t0, t1, tensor):
+    """An asynchronous collective: timed when the job waits for it (or by its launch, if it never does)."""
+    import weakref
+
+    g = _S.gpu
+    g.works[id(work)] = (weakref.ref(work), name, t0, t1, None if tensor is None else tensor.device)
+    if len(g.works) > WORK_TRACKED:
+        key = next(iter(g.works))
+        _, n, a, b, _ = g.works.pop(key)
+        _add(n, a, b, "launch")
+
+
+def _untracked_works(final=False):
+    """Works that died, or (at exit) were never waited for: their launch time is all there is."""
+    g = _S.gpu
+    for key, (ref, n, a, b, _) in list(g.works.items()):
+        if final or ref() is None:
+            del g.works[key]
+            _add(n, a, b, "launch")
+
+
+def _guarded(fn, *args):
+    """``fn(*args)`` for the collectives' timing: an error of the hook's own stops GPU timing (the host clock goes
+    on) and never reaches the job; one a signal handler raised does."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        if _signalled(exc):
+            raise
+        _gpu_failed(exc)
+        return None
+
+
+def _timed(name, t0, t1, begun, ok):
+    """A call's (or a wait's) time: from its CUDA events when it began with some and returned, else the host's."""
+    if ok and begun is not None and _S.gpu.off is None:
+        _pend(name, t0, t1, begun)
+    else:
+        _add(name, t0, t1, "host")
+
+
+def _ended(name, t0, t1, begun, ok, out, tensor):
+    if _S.off:
+        return
+    c = _S.coll.get(name)
+    if c is None:
+        c = _S.coll[name] = [0, 0.0]
+    c[0] += 1
+    if ok and callable(getattr(out, "wait", None)):  # asynchronous: timed at its wait
+        if begun is not None:
+            _S.gpu.release(begun[0], begun[2])
+        _track(out, name, t0, t1, tensor)
+    else:
+        _timed(name, t0, t1, begun, ok)
+
+
 def _wrap_collective(name, orig):
     def collective(*args, **kwargs):
         t0 = _clock()
-        try:
-            return orig(*args, **kwargs)
-        finally:
+        tensor = begun = out = None
+        if not _S.off:
             try:
-                c = _S.coll.get(name)
-                if c is None:
-                    c = _S.coll[name] = [0, 0.0]
-                t1 = _clock()
-                c[0] += 1
-                c[1] += t1 - t0
-                if _S.coll_n < COLL_CAP:
-                    _S.coll_n += 1
-                    _S.coll_buf.append((name, t0, t1))
+                tensor = _first_tensor(args, kwargs)
+                if tensor is not None:
+                    begun = _begin(tensor.device)
             except Exception as exc:
                 if _signalled(exc):
                     raise
+                _gpu_failed(exc)
+        ok = False
+        try:
+            out = orig(*args, **kwargs)
+            ok = True
+            return out
+        finally:
+            _guarded(_ended, name, t0, _clock(), begun, ok, out, tensor)
 
     collective.__wrapped__ = orig
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
         with contextlib.suppress(Exception):
             setattr(collective, attr, getattr(orig, attr))
     return collective
+
+
+def _wrap_wait(orig):
+    """``Work.wait``: an asynchronous collective the hook launched is timed here, where the job waits for it."""
+
+    def collective_wait(self, *args, **kwargs):
+        works = _S.gpu.works
+        entry = works.pop(id(self), None) if works else None
+        if entry is None or entry[0]() is not self:
+            if entry is not None:  # an id reused after its Work died: that one was never waited for
+                _add(entry[1], entry[2], entry[3], "launch")
+            return orig(self, *args, **kwargs)
+        _, name, _a, _b, device = entry
+        w0 = _clock()
+        begun = None if device is None else _guarded(_begin, device)
+        ok = False
+        try:
+            out = orig(self, *args, **kwargs)
+            ok = True
+            return out
+        finally:
+            _guarded(_timed, name, w0, _clock(), begun, ok)
+
+    collective_wait.__wrapped__ = orig
+    with contextlib.suppress(Exception):
+        collective_wait.__doc__ = orig.__doc__
+    return collective_wait
 
 
 def _patch_distributed(dist):
@@ -504,6 +794,9 @@ def _patch_distributed(dist):
         orig = getattr(dist, name, None)
         if callable(orig):
             _set(dist, name, _wrap_collective(name, orig))
+    work = getattr(dist, "Work", None)
+    if work is not None and callable(work.__dict__.get("wait")):
+        _set(work, "wait", _wrap_wait(work.__dict__["wait"]))
 
 
 def _wrap_ddp_init(orig):
@@ -630,7 +923,7 @@ def _stack_sample(st):
         if code.co_filename == _HOOK_FILE:
             if code.co_name == "_next_data":
                 where = "data"
-            elif code.co_name == "collective":
+            elif code.co_name in ("collective", "collective_wait"):
                 where = "comm"
         elif len(frames) < STACK_DEPTH:
             frames.append(f"{code.co_name} ({os.path.basename(code.co_filename)}:{f.f_lineno})")
@@ -693,6 +986,9 @@ def _final_record():
     rec["autocast_entries"] = _S.autocast_n
     rec["collectives"] = {k: [v[0], round(v[1], 6)] for k, v in _S.coll.items()}
     rec["collective_calls_timed"] = _S.coll_n
+    rec["collective_clocks"] = dict(_S.clocks)
+    if _S.gpu.off is not None:
+        rec["collective_gpu_error"] = _S.gpu.off
     try:
         if _S.ddp:
             _read_ddp()
@@ -753,6 +1049,8 @@ def _after_fork_in_child():
     _S.error = None
     _S.coll_buf = []
     _S.coll_n = 0
+    _S.clocks = {}
+    _S.gpu = _Gpu()  # CUDA does not survive fork either
     _S.stacks = None
     _S.stacks_written = 0
     _S.sampler = None  # threads do not survive fork

@@ -20,7 +20,7 @@ from hostcheck.gather.base import Unavailable
 from hostcheck.gather.datapath import BlockDevice, DataDir
 from hostcheck.job.dcgm import dcgm_by_gpu, dcgm_line, dcgm_means
 from hostcheck.job.observe import Observation
-from hostcheck.job.records import HookProcess, LoopTimes, loop_times, step_spans, wait_in_bins
+from hostcheck.job.records import HookProcess, LoopTimes, clock_counts, loop_times, step_spans, wait_in_bins
 from hostcheck.job.sample import CLK_TCK, ProcSample
 
 #: The GPU signals, in their order of preference (docs/job.md): SM activity from NVML's GPM metrics (Hopper and
@@ -361,13 +361,12 @@ def comm_times(p: HookProcess, t: LoopTimes) -> dict[str, Any]:
 
 def _comm(ranks: Sequence[Rank], procs: dict[int, HookProcess]) -> dict[str, Any]:
     """Each rank's :func:`comm_times`; the job's share is the ranks' mean (so also in [0, 1])."""
-    rows, ddp_rows, shares = [], [], []
-    coll_s = 0.0
+    rows, ddp_rows, shares, coll_s = [], [], [], 0.0
     for r in ranks:
         p = procs[r.pid]
         c = comm_times(p, r.times)
         colls = (r.final or {}).get("collectives") or {}
-        coll_s += sum(v[1] for v in colls.values() if isinstance(v, list) and isinstance(v[1], (int, float)))
+        coll_s += sum(x for v in colls.values() if type(v) is list for x in v[1:2] if type(x) in (int, float))
         ddp_rows += c.pop("ddp")
         if c["share"] is not None:
             shares.append(c["share"])
@@ -376,6 +375,7 @@ def _comm(ranks: Sequence[Rank], procs: dict[int, HookProcess]) -> dict[str, Any
         "share": _r(sum(shares) / len(shares), 4) if shares else None,
         "ddp": ddp_rows,
         "collectives_s": round(coll_s, 4),
+        "timed": clock_counts(procs[r.pid] for r in ranks),
         "end_wait_s": _r(max((x["end_wait_s"] for x in rows), default=0.0), 3),
         "ranks": rows,
     }

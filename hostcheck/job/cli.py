@@ -30,6 +30,7 @@ from hostcheck.job.png import draw_timeline
 from hostcheck.job.records import HookProcess, read_run
 from hostcheck.job.render import render_json, render_text
 from hostcheck.outfile import paths_error, write_report
+from hostcheck.progress import duration, wanted
 
 #: The shortest sampling interval. CPU times in /proc/PID/stat are counted in clock ticks (proc(5): divide by
 #: sysconf(_SC_CLK_TCK), 100 on Linux): at 0.1 s a process's CPU share moves in steps of 10%; below it the
@@ -122,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     dropped: list[str] = []
     if keep is None:  # SIGKILL cannot be caught: the reaper removes the folder then
         remove_at_death(run_dir)
+    if not args.quiet and wanted(
+        sys.stderr
+    ):  # the command's own output is its progress: say only when it ends
+        _say(_watching(args))
     try:
         # SIGHUP/SIGINT/SIGTERM are forwarded to the command inside; a second one while it ends leaves with no report.
         obs = observe(cmd, run_dir, seconds=args.seconds, interval=args.interval, grace=args.grace)
@@ -137,6 +142,15 @@ def run(args: argparse.Namespace) -> int:
     ) as exc:  # records the job wrote are its own: whatever they hold, its exit code comes back
         _say(f"hostcheck job: error: no report: {type(exc).__name__}: {exc}")
     return obs.exit_code
+
+
+def _watching(args: argparse.Namespace) -> str:
+    if args.seconds:
+        return (
+            f"hostcheck job: watching the command for {duration(args.seconds)} (--seconds), then SIGINT and up "
+            f"to {args.grace:g} s for it to stop; the report follows"
+        )
+    return "hostcheck job: watching the command to its end (Ctrl-C stops it); the report follows"
 
 
 def _report(
@@ -177,7 +191,7 @@ def _write(args: argparse.Namespace, a: Analysis, v: Diagnosis) -> None:
         except OSError as exc:
             _say(f"hostcheck job: error: writing {args.json}: {exc.strerror or exc}")
     if not args.quiet:
-        _say(render_text(a, v))
+        _say(render_text(a, v, args.seconds))
 
 
 def _say(text: str) -> None:

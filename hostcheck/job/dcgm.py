@@ -9,9 +9,9 @@ by each field's short name (dcgmlib/src/dcgm_fields.cpp: GRACT, SMACT, SMOCC), a
 (``Error setting watches. Result: -36: ...``, ``Error: unable to establish a connection to the specified host``
 when no host engine runs) are lines that start with ``Error``.
 
-It starts through the one launcher (hostcheck.child.launch): a session of its own, killed with the run. Its
-output is a pipe read without blocking, at most :data:`MAX_OUTPUT` bytes in all (a dmon that floods it blocks
-on the full pipe; one past the cap is stopped); lines longer than :data:`MAX_LINE` are dropped. The parser is a
+It starts as every tool does (hostcheck.gather.base.Tool, through the one launcher): a session of its own, killed
+with the run. Its output is a pipe read without blocking, at most :data:`MAX_OUTPUT` bytes in all (a dmon that
+floods it blocks on the full pipe; one past the cap is stopped); lines longer than :data:`MAX_LINE` are dropped. The parser is a
 pure function of the text. Nothing here raises: a dmon that is absent, fails, hangs or prints garbage gives no
 rows and a sentence saying why, and the caller falls back.
 """
@@ -19,14 +19,13 @@ rows and a sentence saying why, and the caller falls back.
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hostcheck.child.launch import Launch, describe_rc
+from hostcheck.child.launch import describe_rc
+from hostcheck.gather.base import Tool, parse_int, parse_number
 from hostcheck.gather.dcgm import find_dcgmi
 
 #: DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY (dcgmlib/dcgm_fields.h).
@@ -53,11 +52,8 @@ class DcgmRow:
 
 
 def _pct(text: str) -> float | None:
-    try:
-        v = float(text)
-    except ValueError:  # N/A, garbage
-        return None
-    if not math.isfinite(v) or not 0.0 <= v <= 1.0:
+    v = parse_number(text)  # None: N/A, garbage
+    if v is None or not 0.0 <= v <= 1.0:
         return None
     return round(100.0 * v, 3)
 
@@ -94,10 +90,11 @@ class DmonParser:
             self.error = s[:300]
             return None
         f = s.split()
-        if self.columns is None or len(f) != 2 + len(self.columns) or f[0] != "GPU" or not f[1].isdigit():
+        gpu = parse_int(f[1], digits=4) if len(f) > 1 else None
+        if self.columns is None or len(f) != 2 + len(self.columns) or f[0] != "GPU" or gpu is None:
             return None
         vals = {fid: _pct(v) for fid, v in zip(self.columns, f[2:]) if fid is not None}
-        return DcgmRow(int(f[1]), vals.get(GR_ACTIVE), vals.get(SM_ACTIVE), vals.get(SM_OCCUPANCY))
+        return DcgmRow(gpu, vals.get(GR_ACTIVE), vals.get(SM_ACTIVE), vals.get(SM_OCCUPANCY))
 
 
 def parse_dmon(text: str) -> tuple[list[DcgmRow], str | None]:
@@ -117,10 +114,10 @@ class DcgmSampler:
         self.error: str | None = None
         self.absent = False
         self.rows = 0
+        #: Bytes dmon printed so far.
+        self.read_bytes = 0
         self._parser = DmonParser()
-        self._read = 0
-        self._launch: Launch | None = None
-        self._proc: subprocess.Popen | None = None
+        self._tool: Tool | None = None
         path = find_dcgmi(dcgmi)
         if path is None:
             self.absent = True
@@ -128,73 +125,42 @@ class DcgmSampler:
             return
         ms = max(MIN_DELAY_MS, round(interval_s * 1000))
         argv = [path, "dmon", "-e", ",".join(str(f) for f in FIELDS), "-d", str(ms)]
-        self._launch = Launch()
-        try:
-            self._proc = self._launch.start(
-                argv, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-            )
-        except OSError as exc:
-            self.error = f"dcgmi could not start: {exc}"
+        # Its errors are lines among its rows: one stream. Never waited on: read() takes what is there.
+        tool = Tool(argv, MAX_OUTPUT, merge=True)
+        if tool.error is not None:
+            self.error = f"dcgmi could not start: {tool.error.reason}"
             return
-        if self._proc is None:
-            self.error = "dcgmi dmon not started: the run was interrupted"
-            return
-        # Never wait on dmon: a pipe read without blocking; one that floods it just blocks on a full pipe.
-        os.set_blocking(self._proc.stdout.fileno(), False)
-
-    def _drain(self) -> tuple[bytes, bool]:
-        """What dmon wrote since the last call (at most what is left of MAX_OUTPUT), and whether it closed."""
-        chunks, n = [], 0
-        fd = self._proc.stdout.fileno()
-        while n < MAX_OUTPUT - self._read:
-            try:
-                data = os.read(fd, min(1 << 16, MAX_OUTPUT - self._read - n))
-            except BlockingIOError:
-                return b"".join(chunks), False
-            if not data:
-                return b"".join(chunks), True
-            chunks.append(data)
-            n += len(data)
-        return b"".join(chunks), False
+        self._tool = tool
 
     def poll(self) -> list[DcgmRow]:
         """The complete rows dmon printed since the last call; sets ``error`` when it failed or ended."""
-        if self._proc is None:
+        tool = self._tool
+        if tool is None:
             return []
-        try:
-            data, closed = self._drain()
-        except (OSError, ValueError) as exc:  # ValueError: closed already
-            self.error = f"dcgmi dmon's output could not be read: {exc}"
-            self._stop()
-            return []
-        self._read += len(data)
-        rows = self._parser.feed(data.decode("utf-8", "replace"))
+        closed = tool.read(0)
+        self.read_bytes = tool.total
+        rows = self._parser.feed(tool.take().decode("utf-8", "replace"))
         self.rows += len(rows)
         if self._parser.error:
             self.error = f"dcgmi dmon: {self._parser.error}"
-        if self._read >= MAX_OUTPUT:
+        if tool.over:
             self.error = f"dcgmi dmon printed more than {MAX_OUTPUT} bytes: stopped"
             self._stop()
         elif closed:
+            assert tool.proc is not None
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(0.5)  # closed its output: exiting; its own status, not our SIGKILL
+                tool.proc.wait(0.5)  # closed its output: exiting; its own status, not our SIGKILL
+            rc = tool.proc.returncode
             self._stop()
             if not self.error:
-                rc = self._proc_rc
                 said = f"dcgmi dmon ended ({describe_rc(rc)})" if rc is not None else "dcgmi dmon ended"
                 self.error = said + ("" if self.rows else " without a row")
         return rows
 
-    _proc_rc: int | None = None
-
     def _stop(self) -> None:
-        if self._launch is not None:
-            self._launch.end()  # kills its group and reaps it
-        if self._proc is not None:
-            self._proc_rc = self._proc.returncode
-            with contextlib.suppress(OSError):
-                self._proc.stdout.close()
-        self._proc = None
+        if self._tool is not None:
+            self._tool.close()  # kills its group and reaps it
+        self._tool = None
 
     def close(self) -> None:
         """Stop dmon (its whole group) and say why there were no rows, if there were none."""

@@ -356,26 +356,28 @@ def _findings(a: Analysis, kind: str, t: Any = DEFAULT) -> list[Cause]:
         )
     threads = [r.threads for r in a.ranks if r.threads]
     workers = a.cpu.get("workers_n") or 0
-    # Workers count by the cores they used (measured), not by their number: idle workers take no core.
+    # Threads and workers count by the cores they used (measured), not by their number: an idle thread or worker
+    # takes no core. Oversubscribed: the job asked for more threads than cores and its processes held them all.
+    main_cores = a.cpu.get("main") or 0.0
     worker_cores = a.cpu.get("workers") or 0.0
-    if threads:
-        used = sum(threads) + worker_cores
-        if used > a.cores:
-            ranks = _ranks_n(a)
-            n = max(1, int(a.cores - worker_cores) // ranks)
-            if n < max(threads):
-                fix = fixes.THREADS.format(n=n) + " (OMP_NUM_THREADS in the training environment)"
-            else:  # one thread a rank already: the workers are what is too many
-                per_rank = max(1, (a.cores - sum(threads)) // ranks)
-                fix = f"DataLoader(num_workers={per_rank}) per rank, or a node with more cores per GPU"
-            out.append(
-                Cause(
-                    "oversubscribed",
-                    f"{ranks} rank(s) x {max(threads)} torch threads + {workers} DataLoader workers using "
-                    f"{worker_cores:.1f} cores = {used:.1f} busy on {a.cores} cores",
-                    fix,
-                )
+    used = main_cores + worker_cores
+    if threads and sum(threads) + workers > a.cores and used >= t.job_saturated_share * a.cores:
+        ranks = _ranks_n(a)
+        n = max(1, int(a.cores - worker_cores) // ranks)
+        if n < max(threads):
+            fix = fixes.THREADS.format(n=n) + " (OMP_NUM_THREADS in the training environment)"
+        else:  # one thread a rank already: the workers are what is too many
+            per_rank = max(1, (a.cores - sum(threads)) // ranks)
+            fix = f"DataLoader(num_workers={per_rank}) per rank, or a node with more cores per GPU"
+        out.append(
+            Cause(
+                "oversubscribed",
+                f"{ranks} rank(s) x {max(threads)} torch threads using {main_cores:.1f} cores + {workers} DataLoader "
+                f"workers using {worker_cores:.1f} cores = {used:.1f} busy of {a.cores} cores (full at "
+                f"{t.job_saturated_share:.0%})",
+                fix,
             )
+        )
     end_wait = a.comm.get("end_wait_s")
     if end_wait and a.loop_s > 0 and end_wait >= t.comm_share * a.loop_s:
         out.append(

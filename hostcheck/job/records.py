@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,9 @@ from hostcheck.schema import type_errors
 
 #: Files past this size are read only this far (a hook file holds ~30 bytes a batch).
 MAX_FILE_BYTES = 64 << 20
+#: How the hook timed a collective (hostcheck/inside/job_hook.py CLOCKS; that side imports nothing of this one, and a
+#: test holds the two equal): on the GPU by CUDA events, by the host clock, or by its launch only.
+CLOCKS = ("gpu", "host", "launch")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class HookProcess:
     bad_lines: int = 0
     #: Explicit collective calls (name, start, end) in monotonic seconds, sorted by start.
     collectives: tuple[tuple[str, float, float], ...] = ()
+    #: How those calls were timed (the hook's CLOCKS: gpu, host, launch) and how many each way.
+    collective_clocks: dict[str, int] = field(default_factory=dict)
     #: The last summary of the hook's stack samples of the loop's thread (its "stk" record).
     stacks: dict[str, Any] | None = None
 
@@ -88,7 +94,7 @@ RECORD_SCHEMAS: dict[str, dict[str, Any]] = {
         "dataset_root": _STR,
     },
     "err": {"type": _STR, "message": _STR, "where": _STR},
-    # Explicit collective calls: [name, start, end] each.
+    # Explicit collective calls: [name, start, end, clock] each (hooks before the clock wrote three).
     "c": {"c": {"type": "array", "items": {"type": "array", "items": {"type": ["string", "number"]}}}},
     # The loop thread's stack-sample summary (analyse._stacks re-checks every value it uses).
     "stk": {
@@ -165,6 +171,7 @@ def parse_lines(lines: list[str], dropped: list[str] | None = None) -> HookProce
     iters, ends, errors = [], [], []
     model = final = stacks = None
     colls: list[tuple[str, float, float]] = []
+    clocks: dict[str, int] = {}
     n_sum, wait_sum, gap_sum = 0, 0.0, 0.0
     for r in recs:
         k = r.get("k")
@@ -189,12 +196,16 @@ def parse_lines(lines: list[str], dropped: list[str] | None = None) -> HookProce
             for c in r.get("c", []):
                 # The schema checked the types; an entry of the wrong length is dropped alone.
                 if (
-                    len(c) == 3
+                    len(c) in (3, 4)
                     and isinstance(c[0], str)
                     and not isinstance(c[1], str)
                     and not isinstance(c[2], str)
+                    and (len(c) == 3 or c[3] in CLOCKS)
                 ):
                     colls.append((c[0][:40], float(c[1]), float(c[2])))
+                    # Three values: a hook from before the clock was recorded, which timed every call on the host.
+                    clock = c[3] if len(c) == 4 else "host"
+                    clocks[clock] = clocks.get(clock, 0) + 1
                 else:
                     bad += 1
         elif k == "stk":
@@ -224,8 +235,19 @@ def parse_lines(lines: list[str], dropped: list[str] | None = None) -> HookProce
         errors=tuple(errors),
         bad_lines=bad,
         collectives=tuple(sorted(colls, key=lambda c: c[1])),
+        collective_clocks=clocks,
         stacks=stacks,
     )
+
+
+def clock_counts(procs: Iterable[HookProcess]) -> dict[str, int]:
+    """How many collective calls the processes had timed each way (CLOCKS: on the GPU, by the host clock, by
+    their launch only)."""
+    out = dict.fromkeys(CLOCKS, 0)
+    for p in procs:
+        for clock, n in p.collective_clocks.items():
+            out[clock] += n
+    return out
 
 
 def read_run(run_dir: str, dropped: list[str] | None = None) -> list[HookProcess]:

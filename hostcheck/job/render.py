@@ -10,13 +10,18 @@ import time
 from typing import Any
 
 from hostcheck import SCHEMA_VERSION, __version__
+from hostcheck.check.render import visible
 from hostcheck.job.analyse import SIGNAL_DCGM, Analysis
 from hostcheck.job.diagnosis import Diagnosis, pct
 
 
-def _ended(a: Analysis) -> str:
+def _ended(a: Analysis, window_s: float | None = None) -> str:
     if a.ended_by == "window":
-        return f"stopped after the {a.duration_s:.0f} s window (exit 0)"
+        if window_s is None:
+            return "stopped at the end of its --seconds window (exit 0)"
+        # The run's duration counts the time the command took to stop after SIGINT too: said apart.
+        after = max(0.0, a.duration_s - window_s)
+        return f"stopped at the end of its {window_s:g} s window (--seconds), {after:.1f} s to exit after SIGINT (exit 0)"
     if a.ended_by == "signal":
         name = signal.Signals(a.signal).name if a.signal else "a signal"
         return f"ended by {name} sent to hostcheck (exit {a.exit_code})"
@@ -49,12 +54,13 @@ def _bytes(n: int | None) -> str:
 
 
 # long: the text report top to bottom, one section after another, as the reader sees it
-def render_text(a: Analysis, v: Diagnosis) -> str:
+def render_text(a: Analysis, v: Diagnosis, window_s: float | None = None) -> str:
+    """The report; ``window_s``: the --seconds the command was given, when it was."""
     cmd = shlex.join(a.command) if a.command else ""
     lines = [
         f"hostcheck job: {v.headline}",
         f"  command   {cmd[:200]}",
-        f"  ran       {a.duration_s:.1f} s, {_ended(a)}",
+        f"  ran       {a.duration_s:.1f} s, {_ended(a, window_s)}",
     ]
     if v.loop_kind:
         lines.append(f"  the loop  was {v.loop_kind} before it failed")
@@ -164,7 +170,7 @@ def render_text(a: Analysis, v: Diagnosis) -> str:
         lines.append(
             f"  comm      communication inside the loop {pct(a.comm.get('share'))} of it; collectives "
             f"{a.comm.get('collectives_s')} s in all, of which {_num(a.comm.get('end_wait_s'), ' s', 1)} waiting "
-            "after the loop"
+            f"after the loop{_timed(a.comm.get('timed'))}"
         )
     st = a.stacks or {}
     where = st.get("where") or {}
@@ -194,7 +200,26 @@ def render_text(a: Analysis, v: Diagnosis) -> str:
         lines.append(f"(hook records dropped: {why})")
     if len(a.records_dropped) > 10:
         lines.append(f"(and {len(a.records_dropped) - 10} more dropped)")
-    return "\n".join(lines) + "\n"
+    # The command, its errors and its GPUs' names are the job's: a line of theirs cannot start one of ours.
+    return "\n".join(visible(x) for x in lines) + "\n"
+
+
+#: How a count of collectives was timed, in the report's words.
+TIMED_WORDS = {
+    "gpu": "on the GPU (CUDA events)",
+    "host": "by the host clock (CPU tensors, gloo, barrier)",
+    "launch": "by their launch only (asynchronous, never waited for: under-measured)",
+}
+
+
+def _timed(timed: Any) -> str:
+    """ "; calls timed: 40 on the GPU (CUDA events), 2 by the host clock ..." for the calls counted each way."""
+    if not isinstance(timed, dict):
+        return ""
+    parts = [
+        f"{timed[k]} {w}" for k, w in TIMED_WORDS.items() if isinstance(timed.get(k), int) and timed[k] > 0
+    ]
+    return f"; calls timed: {', '.join(parts)}" if parts else ""
 
 
 def report_dict(a: Analysis, v: Diagnosis, png_path: str | None = None) -> dict[str, Any]:

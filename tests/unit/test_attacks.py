@@ -156,6 +156,8 @@ class Run:
     pyflags: tuple[str, ...] = ()
     check: Callable[[Outcome], None] | None = None
     timeout: float = RUN_TIMEOUT
+    #: A folder (in the attack's folder) the test holds flock(2) on through the run: another writer at work.
+    hold_lock: str | None = None
 
 
 @dataclass
@@ -304,6 +306,10 @@ def execute(ctx: Ctx, run: Run, since: int) -> list[Outcome]:
         with contextlib.suppress(OSError):  # room for a whole report: the writer never waits on us
             fcntl.fcntl(fifo_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
     procs = []
+    if run.hold_lock:
+        fd = os.open(ctx.p(run.hold_lock), os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        to_close.append(fd)  # the lock goes with the descriptor, once the run is over
     try:
         for _ in range(run.copies):
             procs.append(
@@ -318,9 +324,9 @@ def execute(ctx: Ctx, run: Run, since: int) -> list[Outcome]:
                     start_new_session=True,
                 )
             )
-        for fd in to_close:
+        for fd in to_close if not run.hold_lock else to_close[:-1]:
             os.close(fd)
-        to_close = []
+        to_close = to_close[-1:] if run.hold_lock else []
         if run.signal is not None:
             _signal_mid_run(procs[0], run.signal, ctx.marker, since, run.signal_when)
         # Read every copy's pipes at once: one run blocked on a full pipe must not stall the others.
@@ -375,12 +381,28 @@ def _handling(pid: int) -> bool:
     return all(caught >> (s - 1) & 1 for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM))
 
 
+def _holds(pid: int, folder: str) -> bool:
+    """Whether the process has ``folder`` open (a writer waiting for the folder's lock holds it open)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == folder:
+                return True
+    return False
+
+
 def _signal_mid_run(p: subprocess.Popen, sig: int, marker: str, since: int, when: str = "sleeping") -> None:
     """Send ``sig`` once the run is in the middle of its hung probe: two ``sleep`` processes carry the marker
-    (``when="handling"``: once hostcheck has installed its signal handlers)."""
+    (``when="handling"``: once hostcheck has installed its signal handlers; ``"holding:FOLDER"``: once it has the
+    folder open, waiting for its lock)."""
     deadline = time.monotonic() + RUN_TIMEOUT
     while True:
         if when == "handling" and _handling(p.pid):
+            break
+        if when.startswith("holding:") and _holds(p.pid, when.split(":", 1)[1]):
             break
         sleeping = [pid for pid, cmd in carriers(marker, since) if cmd.startswith("sleep")]
         if when == "sleeping" and len(sleeping) >= 2:
@@ -1017,6 +1039,49 @@ def _rdma_hostile(c: Ctx) -> Run:
     return Run(argv, JUDGED, check=check)
 
 
+def _nccl_hostile(
+    plant: Callable[[Ctx, Path], None], *words: str, status: str = "warn"
+) -> Callable[[Ctx], Run]:
+    """A node (an HGX H100 tree, tests/unit/fixtures/fabrictree.py) whose NCCL configuration (/etc/nccl.conf,
+    the file NCCL_CONF_FILE names, the training environment file) is hostile: read without blocking or following
+    a device, never an internal error; fabric.E009 says what it could not read or what is stale, briefly."""
+
+    def build(c: Ctx) -> Run:
+        import fabrictree
+
+        host = fabrictree.build(c.root / "host")
+        (host / "etc").mkdir(exist_ok=True)
+        plant(c, host)
+
+        def check(o: Outcome) -> None:
+            statuses = {cid: r["status"] for cid, r in o.checks().items()}
+            assert "error" not in statuses.values(), statuses
+            e009 = o.checks()["fabric.E009"]
+            assert e009["status"] == status and all(w in e009["message"] for w in words), e009["message"]
+            assert len(e009["message"]) < 4000 and len(f"hostcheck: fabric.E009 {e009['brief']}") <= 80
+
+        return Run(c.base("--host-root", str(host), only="fabric", json_out=True), JUDGED, check=check)
+
+    return build
+
+
+def _nccl_conf(data: bytes) -> Callable[[Ctx, Path], None]:
+    return lambda c, host: (host / "etc/nccl.conf").write_bytes(data)
+
+
+def _nccl_conf_file_fifo(c: Ctx, host: Path) -> None:
+    os.mkfifo(host / "etc/site-nccl.conf")
+    c.env_file.write_text("NCCL_CONF_FILE=/etc/site-nccl.conf\n")
+
+
+NCCL_ABSURD = (
+    b"NCCL_IB_HCA=^^^=::::,,,,=" + b"\x1b[31m" * 50 + b"\n"
+    b"NCCL_NET_GDR_LEVEL=999999999999999999999999999999\n"
+    b"NCCL_SOCKET_IFNAME=" + b"=" * 3000 + b"\n"
+    b"NCCL_IB_HCA" + b" " * 2000 + b"=mlx5_0\n" + b"=" * 5000 + b"\n"
+)
+
+
 def _only_ids(*ids: str) -> Callable[[Outcome], None]:
     def check(o: Outcome) -> None:
         assert sorted(o.checks()) == sorted(ids), sorted(o.checks())
@@ -1038,10 +1103,12 @@ class Attack:
     id: str
     build: Callable[[Ctx], Run]
     user: str | None = None
+    #: The outcome the row expects, in words (shown when it fails); the id names the attack.
+    expect: str = ""
 
 
-def A(id: str, build: Callable[[Ctx], Run], user: str | None = None) -> Any:
-    return pytest.param(Attack(id, build, user), id=id)
+def A(id: str, build: Callable[[Ctx], Run], user: str | None = None, expect: str = "") -> Any:
+    return pytest.param(Attack(id, build, user, expect), id=id)
 
 
 ATTACKS = [
@@ -1450,6 +1517,39 @@ ATTACKS = [
     A("state-folder-unwritable-as-nobody", _state_unwritable_as_nobody, user="nobody"),
     A("host-root-counters-fifo-huge-garbage", _host_root_hostile),
     A("host-root-rdma-fifo-loop-huge-garbage-rate", _rdma_hostile),
+    # NCCL's configuration files under the host root (fabric.E009).
+    A("nccl-conf-fifo", _nccl_hostile(lambda c, h: os.mkfifo(h / "etc/nccl.conf"), "is a FIFO")),
+    A(
+        "nccl-conf-huge-sparse",
+        _nccl_hostile(lambda c, h: _sparse(str(h / "etc/nccl.conf"), 4 << 30, b"NCCL_IB_HCA=x\n"), "bytes"),
+    ),
+    A("nccl-conf-binary", _nccl_hostile(_nccl_conf(b"NCCL_IB_HCA=\xff\xfe\x00\x80\n"), "not UTF-8")),
+    A(
+        "nccl-conf-symlink-to-dev-zero",
+        _nccl_hostile(lambda c, h: os.symlink("/dev/zero", h / "etc/nccl.conf"), "character device"),
+    ),
+    A(
+        "nccl-conf-absurd-values",
+        _nccl_hostile(_nccl_conf(NCCL_ABSURD), "/etc/nccl.conf:3", "/etc/nccl.conf:4", status="fail"),
+    ),
+    A(
+        "nccl-conf-10000-ib-hca-entries",
+        _nccl_hostile(
+            _nccl_conf(b"NCCL_IB_HCA=" + b",".join(b"mlx5_%d" % i for i in range(10000)) + b"\n"),
+            "more than the 65536 read here",
+        ),
+    ),
+    A(
+        "nccl-env-10000-ib-hca-entries",
+        _nccl_hostile(
+            lambda c, h: c.env_file.write_text(
+                "NCCL_IB_HCA=" + ",".join(f"x{i}" for i in range(10000)) + "\n"
+            ),
+            "more entries not judged",
+            status="fail",
+        ),
+    ),
+    A("nccl-conf-file-is-a-fifo", _nccl_hostile(_nccl_conf_file_fifo, "/etc/site-nccl.conf", "is a FIFO")),
 ]
 
 
@@ -2048,6 +2148,509 @@ DCGM_ATTACKS = [
 ATTACKS += DCGM_ATTACKS
 
 
+# --- names that would forge a report line or a terminal escape ---------------------------------------------------
+# A GPU's and a NIC's PCI folder, a disk's model (what the host root holds), a process on a GPU (nvidia-smi's
+# answer, through its fallback when nvidia-ml-py is absent) and, on the fleet page, a node's own report: each holds
+# a new line that starts a line of its own ("[PASS] ...") and an OSC escape that retitles a terminal (xterm's
+# ctlseqs: ESC ] 0 ; text BEL). Text, Markdown and HTML show them escaped, never raw.
+
+FORGED = "\n[PASS] gpu.E001 NVIDIA driver and NVML: all good\x1b]0;pwned\x07"
+FORGED_SHOWN = "\\n[PASS] gpu.E001 NVIDIA driver and NVML: all good\\x1b]0;pwned\\x07"
+#: nvidia-smi's CSV answers (gather/smi.py's fields, in its order) naming a GPU and a process with the escape.
+FORGING_SMI = r"""e=$(printf '\033]0;pwned\007')
+case "$*" in
+*query-gpu*) echo "0, NVIDIA H100 80GB HBM3$e, GPU-1, 00000000:18:00.0, 580.159.04, 9.0, 81559, Enabled, Enabled,\
+ 0, 0, 0, 0, No, 5, 5, 16, 16, 0x0000000000000001, 40, Enabled";;
+*query-compute-apps*) echo "00000000:18:00.0, 4242, python$e, 1024";;
+esac
+"""
+
+
+def _forged_host(c: Ctx) -> list[str]:
+    """A host root whose GPU and NIC PCI folders and NVMe model carry FORGED, AER errors on both, a baseline
+    that names another drive, and a fake nvidia-smi; check's options to read it all."""
+    host = c.root / "host"
+    for name, cls in (
+        ("0000:18:00.0", "0x030200"),
+        ("0000:1a:00.0", "0x020700"),
+    ):  # a GPU and an InfiniBand NIC
+        dev = host / "sys/bus/pci/devices" / (name + FORGED)
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text("0x10de\n" if cls.startswith("0x03") else "0x15b3\n")
+        (dev / "class").write_text(cls + "\n")
+        for f, key in (("fatal", "FATAL"), ("nonfatal", "NONFATAL"), ("correctable", "COR")):
+            (dev / f"aer_dev_{f}").write_text(f"TOTAL_ERR_{key} 3\n")
+    drive = host / "sys/class/nvme/nvme0"
+    (drive / "nvme0n1").mkdir(parents=True)
+    (drive / "model").write_text("Disk" + FORGED + "\n")
+    (drive / "nvme0n1/size").write_text("2000\n")
+    _written(c, "h.toml", b'[baseline]\nnvme = [{model = "Other", size_bytes = 1024000}]\n')
+    c.script("bin/nvidia-smi", FORGING_SMI)
+    ids = "system.E009,baseline.E003,gpu.E012"
+    return c.base("--host-root", str(host), "--config", c.p("h.toml"), only=ids)
+
+
+def _not_forged(text: str, *shown: str) -> None:
+    """No raw escape and no line a name started; each of ``shown`` (the planted text, escaped) in the text, read
+    with its wrapped lines joined."""
+    assert "\x1b" not in text and "\x07" not in text, repr(text[:3000])
+    assert not any(line.lstrip().startswith("[PASS]") for line in text.splitlines()), text
+    joined = " ".join(text.split())
+    assert all(s in joined for s in shown), text
+
+
+def _forged_text(*extra: str) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        def check(o: Outcome) -> None:
+            _not_forged(
+                o.out, "0000:18:00.0" + FORGED_SHOWN, "Disk" + FORGED_SHOWN, "python\\x1b]0;pwned\\x07[4242]"
+            )
+            assert "0000:1a:00.0" + FORGED_SHOWN in " ".join(o.out.split()) or "--verbose" not in extra, o.out
+
+        env: dict[str, str | None] = {"PATH": f"{c.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        return Run([*_forged_host(c), *extra], JUDGED, env=env, pyflags=("-S",), check=check)
+
+    return build
+
+
+def _forged_fleet(c: Ctx, d: Path) -> None:
+    finding = {
+        "id": "gpu.E001",
+        "status": "fail",
+        "weight": 5,
+        "message": "driver" + FORGED,
+        "hint": "fix" + FORGED,
+    }
+    doc = json.loads(_node_report("gpu009" + FORGED, ready=False, value=40))
+    doc["checks"].append(finding)
+    doc["versions"]["driver"] = "580" + FORGED
+    (d / "gpu009.json").write_text(json.dumps(doc))
+
+
+def _forged_pages(o: Outcome) -> None:
+    md, page = (o.ctx.root / "out" / "fleet.md").read_text(), (o.ctx.root / "out" / "fleet.html").read_text()
+    in_md = FORGED_SHOWN.replace("\\", "\\\\")  # Markdown's own escape of the backslash: it reads "\n"
+    _not_forged(md, "gpu009" + in_md, "driver" + in_md, "fix" + in_md, "580" + in_md)
+    _not_forged(page, "gpu009" + FORGED_SHOWN, "driver" + FORGED_SHOWN, "fix" + FORGED_SHOWN)
+    row = next(line for line in md.splitlines() if "gpu009" in line)
+    assert row.count(" | ") == 6, row
+
+
+def _forged_job_check(o: Outcome) -> None:
+    _not_forged(o.err, "error Boom\\x1b]0;pwned\\x07: bad")
+
+
+#: A hook record of the job's own (the job writes its records: hostile by design) whose error type holds the OSC
+#: escape; its message's second line is a forged one (the report shows the first line of a message).
+FORGED_JOB = (
+    RECORD + 'printf \'%s\\n\' \'{"k":"proc","pid":1}\' '
+    '\'{"k":"err","type":"Boom\\u001b]0;pwned\\u0007","message":"bad\\n[PASS] all good"}\' > $f'
+)
+
+FORGING_ATTACKS = [
+    A("names-forge-lines-and-escapes-text", _forged_text()),
+    A("names-forge-lines-and-escapes-job-report", _job(FORGED_JOB, check=_forged_job_check)),
+    A("names-forge-lines-and-escapes-text-verbose", _forged_text("--verbose")),
+    A("names-forge-lines-and-escapes-fleet-markdown-html", _fleet(_forged_fleet, check=_forged_pages)),
+]
+ATTACKS += FORGING_ATTACKS
+
+
+# --- the surfaces added last: every tool bounded, every number strict, the host root confined, the baseline and
+# --- state files kept -----------------------------------------------------------------------------------------
+# Tools are fakes first on PATH (-S: no nvidia-ml-py, so the nvidia-smi fallback runs), host roots small trees.
+# A tool that prints 1 GB or for ever costs hostcheck the output cap and no more: the runs are held to an address
+# space of hostcheck's import footprint plus TOOL_ROOM (the cap, its text, the threads' stacks), in which reading
+# the flood whole (as communicate() did) ends in a MemoryError.
+
+TOOL_ROOM_MIB = 192
+GIGABYTE = "exec head -c 1000000000 /dev/zero\n"
+FOR_EVER = "exec yes 'a tool that never stops talking'\n"
+
+
+def _room() -> dict[int, int]:
+    return {resource.RLIMIT_AS: (import_footprint_kib() + TOOL_ROOM_MIB * 1024) * 1024}
+
+
+def _tool_path(c: Ctx, tools: dict[str, str]) -> dict[str, str | None]:
+    for name, body in tools.items():
+        c.script(f"bin/{name}", body)
+    return {"PATH": f"{c.p('bin')}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _said(check_id: str, *words: str, statuses: tuple[str, ...] = ("error",)) -> Callable[[Outcome], None]:
+    """``check_id`` has one of ``statuses`` and its message or details name ``words``."""
+
+    def check(o: Outcome) -> None:
+        c = o.checks()[check_id]
+        text = " ".join([c["message"], *c.get("details", [])])
+        assert c["status"] in statuses and all(w in text for w in words), (c["status"], text)
+
+    return check
+
+
+def _smi_floods(body: str) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        env = _tool_path(c, {"nvidia-smi": body})
+        argv = c.base(only="gpu.E001", json_out=True)
+        check = _said("gpu.E001", "nvidia-smi printed more than 8388608 bytes")
+        return Run(argv, JUDGED, env=env, pyflags=("-S",), limits=_room(), check=check)
+
+    return build
+
+
+def _log_floods(c: Ctx) -> Run:
+    """journalctl prints 1 GB of kernel lines: its last 8 MiB are read and the source says it was cut."""
+    env = _tool_path(
+        c, {"journalctl": "yes '2026-01-01T00:00:00+0000 host kernel: a line' | head -c 1000000000\n"}
+    )
+    argv = c.base("--host-root", _host(c), only="system.E007", json_out=True)
+    check = _said("system.E007", "cut: only its last 8 MiB read", statuses=("pass",))
+    return Run(argv, JUDGED, env=env, limits=_room(), check=check)
+
+
+def _ras_floods(c: Ctx) -> Run:
+    env = _tool_path(c, {"ras-mc-ctl": FOR_EVER, "journalctl": "exit 0\n"})
+    argv = c.base("--host-root", _host(c), only="system.E007", json_out=True)
+    check = _said("system.E007", "rasdaemon: ras-mc-ctl printed more than", statuses=("pass", "error"))
+    return Run(argv, JUDGED, env=env, limits=_room(), check=check)
+
+
+# perftest's server banner (perftest_parameters.c prints it to stdout while the server waits), then its client.
+IB_WRITE_BW = """\
+for a in "$@"; do last="$a"; case "$a" in mlx5_*) dev="$a";; esac; done
+case "$last" in
+  127.0.0.1) ;;
+  *) echo "************************************"
+     echo "* Waiting for client to connect... *"
+     echo "************************************"
+     echo "server on $dev" >&2
+     exec sleep 60 ;;
+esac
+[ "$dev" = mlx5_0 ] && { echo "Couldn't allocate MR with CUDA" >&2; exit 1; }
+echo " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+echo " 8388608    29172            0.00               391.62               0.005861"
+"""
+
+
+def _ib_host(c: Ctx, devices: int = 2, numa: str = "0\n", extra_port: str = "") -> str:
+    """A host root with ``devices`` ACTIVE 400 Gb/s InfiniBand ports (mlx5_0, mlx5_1, ...)."""
+    for i in range(devices):
+        dev = c.root / f"host/sys/class/infiniband/mlx5_{i}"
+        port = dev / "ports/1"
+        port.mkdir(parents=True)
+        for name, text in (
+            ("state", "4: ACTIVE\n"),
+            ("phys_state", "5: LinkUp\n"),
+            ("rate", "400 Gb/sec (4X NDR)\n"),
+            ("link_layer", "InfiniBand\n"),
+        ):
+            (port / name).write_text(text)
+        (dev / "device").mkdir()
+        (dev / "device/numa_node").write_text(numa)
+        if extra_port:
+            (dev / "ports" / extra_port).mkdir()
+    return c.p("host")
+
+
+def _gdr_banner(c: Ctx) -> Run:
+    """ib_write_bw's server prints a banner while it waits (to stdout, as perftest does): it never reaches
+    hostcheck's --json. The one NIC (one GPU, the tiny Python's plan) fails: none is said to have written."""
+    env = _tool_path(c, {"ib_write_bw": IB_WRITE_BW, "numactl": 'shift 4\nexec "$@"\n'})
+    argv = ["check", "--profile", "full", "--only", "workload.E018", "--workload-sections", "gdr_write"]
+    argv += ["--host-root", _ib_host(c, devices=1), "--python", c.python, "--facts-dir", str(c.facts)]
+    argv += ["--env-file", str(c.env_file), "--state-file", str(c.state), "--json"]
+
+    def check(o: Outcome) -> None:
+        status, message = _status(o, "workload.E018")  # the document parses: no banner inside it
+        assert "Waiting for client" not in o.out + o.err and "server on" not in o.out + o.err
+        if status == "skip" and "Slurm job" in message:  # another Slurm job runs on this machine
+            pytest.skip(f"the workload does not start beside another job here: {message}")
+        assert status == "error" and message == "no NIC wrote into GPU memory (1 NIC not measured)", message
+
+    return Run(argv, JUDGED, env=env, check=check)
+
+
+def _edac_tree(c: Ctx, ce: str | None, ue: str) -> Path:
+    mc = c.root / "host/sys/devices/system/edac/mc/mc0"
+    mc.mkdir(parents=True)
+    if ce is not None:
+        (mc / "ce_count").write_text(ce)
+    (mc / "ue_count").write_text(ue)
+    return mc
+
+
+def _non_ascii_digits(c: Ctx) -> Run:
+    """Counters and /proc fields written in digits that are not ASCII ("²" passes str.isdigit, int() raises; "٣"
+    int() reads as 3): each is an unreadable value, never a number and never the whole gatherer lost."""
+    _edac_tree(c, "\u00b2\n", "\u0663\n")
+    # The start time (field 22) in "²"; pids and tids named "²"; and one task that reads.
+    tasks = (
+        ("\u00b2", "1", "0", "D"),
+        ("78", "\u00b2", "0", "D"),
+        ("79", "79", "\u00b2", "D"),
+        ("80", "80", "7", "S"),
+    )
+    for pid, tid, start, state in tasks:
+        task = c.root / f"host/proc/{pid}/task/{tid}"
+        task.mkdir(parents=True)
+        (task / "stat").write_text(f"{pid} (x) {state} " + " ".join(["0"] * 18 + [start]) + " 0 0\n")
+        (task / "status").write_text("voluntary_ctxt_switches:\t1\nnonvoluntary_ctxt_switches:\t1\n")
+
+    def check(o: Outcome) -> None:
+        statuses = {cid: r["status"] for cid, r in o.checks().items()}
+        assert "error" not in statuses.values(), o.checks()
+        assert statuses["system.E006"] == "skip" and statuses["system.E008"] == "pass", statuses
+
+    argv = c.base("--host-root", c.p("host"), only=HARDWARE, json_out=True)
+    return Run(argv, JUDGED, check=check)
+
+
+def _rdma_non_ascii(c: Ctx) -> Run:
+    """A port folder named "²" and a NUMA node of "٣": not port 2 and not node 3, and never the fabric gatherer
+    lost; port 1 is judged."""
+    host = _ib_host(c, devices=1, numa="\u0663\n", extra_port="\u00b2")
+    argv = c.base("--host-root", host, only="fabric.E001", json_out=True)
+    return Run(argv, JUDGED, check=_said("fabric.E001", "1 RDMA port ACTIVE/LinkUp", statuses=("pass",)))
+
+
+def _baseline_non_ascii(c: Ctx) -> Run:
+    """MemTotal in Arabic-Indic digits and an RDMA port named "²": memory is left out (said), the rest recorded."""
+    host = _host(c)
+    (c.root / "host/proc/meminfo").write_text("MemTotal:       \u0663\u0663\u0663 kB\n")
+    _ib_host(c, devices=1, extra_port="\u00b2")
+
+    def check(o: Outcome) -> None:
+        doc = json.loads(o.out)
+        assert doc.get("cpu_threads") == 1 and "memory_bytes" not in doc, doc
+        assert doc.get("rdma") == [{"name": "mlx5_0:1", "rate_gbps": 400}], doc
+        assert "memory: not recorded" in o.err, o.err
+
+    return Run(["baseline", "--host-root", host, "--json"], (0,), check=check)
+
+
+def _rdma_past_the_cap(c: Ctx) -> Run:
+    """1,100 RDMA devices: the first 1,024 are judged and the report says 76 were not read (never a quiet cut)."""
+    _ib_host(c, devices=1100)
+    argv = c.base("--host-root", c.p("host"), only="fabric.E001", json_out=True)
+    check = _said("fabric.E001", "76 RDMA devices past the first 1024 not read", statuses=("warn",))
+    return Run(argv, JUDGED, check=check)
+
+
+def _host_root_not_a_folder(c: Ctx) -> str:
+    Path(c.p("a-file")).write_text("")
+    return c.p("a-file")
+
+
+def _proc_outside(c: Ctx) -> Run:
+    """The tree's proc is a link to the machine's /proc: outside the host root, so not followed (the machine's own
+    tasks are not the node's under --host-root); system.E008 says so instead of passing."""
+    (c.root / "host").mkdir()
+    os.symlink("/proc", c.root / "host/proc")
+    argv = c.base("--host-root", c.p("host"), only="system.E008", json_out=True)
+    return Run(argv, JUDGED, check=_said("system.E008", "outside the host root", statuses=("skip",)))
+
+
+def _counter_outside(c: Ctx) -> Run:
+    """A counter that is a link to a file outside the tree (absolute): not followed; its controller is unreadable."""
+    Path(c.p("outside")).write_text("5\n")
+    mc = _edac_tree(c, None, "0\n")
+    os.symlink(c.p("outside"), mc / "ce_count")
+    argv = c.base("--host-root", c.p("host"), only="system.E006", json_out=True)
+    return Run(argv, JUDGED, check=_said("system.E006", "outside the host root", statuses=("skip",)))
+
+
+def _baseline_keeps(owner: int, mode: int, text: str) -> Callable[[Ctx], Run]:
+    """--write into an existing configuration (owned by ``owner``, ``mode``): replaced in one rename, owner and
+    mode kept."""
+
+    def build(c: Ctx) -> Run:
+        path = c.root / "h.toml"
+        path.write_text(text)
+        os.chown(path, owner, owner)
+        path.chmod(mode)
+
+        def check(o: Outcome) -> None:
+            st = os.stat(path)
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (owner, mode), (st.st_uid, oct(st.st_mode))
+            assert "[baseline]" in path.read_text()
+
+        argv = ["baseline", "--host-root", _host(c), "--write", str(path)]
+        return Run(argv, (0,), reports=("h.toml",), check=check)
+
+    return build
+
+
+def _baseline_past_the_read_limit(c: Ctx) -> Run:
+    """A configuration just under the 1 MiB hostcheck reads: with the section it would be over, a file every later
+    check would refuse. Refused before writing, the file as it was."""
+    line = "# " + "x" * 98 + "\n"
+    (c.root / "h.toml").write_text(line * ((1 << 20) // len(line) - 1))
+    argv = ["baseline", "--host-root", _host(c), "--write", c.p("h.toml")]
+    return Run(argv, USAGE, needle="more than the 1048576 hostcheck reads")
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _baseline_leftover(c: Ctx) -> Run:
+    """A temporary file a writer killed with SIGKILL left beside the configuration: removed by the next write."""
+    (c.root / "h.toml").write_text('profile = "passive"\n')
+    tmp = f".h.toml.hostcheck-{_dead_pid()}-0123456789ab.tmp"
+    (c.root / tmp).write_text("half a file")
+
+    def check(o: Outcome) -> None:
+        assert not (c.root / tmp).exists() and "[baseline]" in (c.root / "h.toml").read_text()
+
+    argv = ["baseline", "--host-root", _host(c), "--write", c.p("h.toml")]
+    return Run(argv, (0,), reports=("h.toml", tmp), check=check)
+
+
+def _baseline_sigterm_locked(c: Ctx) -> Run:
+    """SIGTERM while --write waits for the folder another writer holds: exit 143, the file as it was, no
+    temporary file left (the listing of the folder is compared)."""
+    (c.root / "h.toml").write_text('profile = "passive"\n')
+    argv = ["baseline", "--host-root", _host(c), "--write", c.p("h.toml")]
+    return Run(
+        argv,
+        (143,),
+        signal=signal.SIGTERM,
+        signal_when=f"holding:{c.root}",
+        hold_lock=".",
+        needle="interrupted by SIGTERM",
+    )
+
+
+def _state_foreign(c: Ctx) -> Run:
+    """A JSON file that is not hostcheck's at --state-file: warned about and left byte for byte."""
+    foreign = '{"schema": 2, "written_by": "another tool"}\n'
+    Path(c.p("theirs.json")).write_text(foreign)
+
+    def check(o: Outcome) -> None:
+        assert Path(c.p("theirs.json")).read_text() == foreign
+        _said("system.E010", "left as it is", "not a hostcheck state file", statuses=("warn",))(o)
+
+    return Run(c.base(only=HARDWARE, json_out=True, state=c.p("theirs.json")), JUDGED, check=check)
+
+
+def _state_is(flag: str) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        path = c.p("out.file")
+        return Run(c.base(flag, path, only=HARDWARE, state=path), USAGE, needle="name the same file")
+
+    return build
+
+
+def _state_is_stdout(c: Ctx) -> Run:
+    link = _symlink(c, "stdout.json", "/proc/self/fd/1")
+    return Run(c.base(only=HARDWARE, json_out=True, state=link), USAGE, needle="is the standard output")
+
+
+HARDEN_ATTACKS = [
+    # One bounded way to run a tool: a flood is stopped at the cap, a log flood keeps its newest part.
+    A(
+        "tool-nvidia-smi-prints-1gb",
+        _smi_floods(GIGABYTE),
+        expect="gpu.E001 error 'printed more than'; memory bounded",
+    ),
+    A("tool-nvidia-smi-prints-for-ever", _smi_floods(FOR_EVER), expect="gpu.E001 error 'printed more than'"),
+    A(
+        "tool-journalctl-prints-1gb",
+        _log_floods,
+        expect="system.E007 judges the last 8 MiB and says it was cut",
+    ),
+    A(
+        "tool-ras-mc-ctl-prints-for-ever",
+        _ras_floods,
+        expect="rasdaemon's answer stopped and said, never judged",
+    ),
+    A(
+        "tool-ib-write-bw-banner-and-a-failed-nic",
+        _gdr_banner,
+        expect="--json whole; no NIC said to have written",
+    ),
+    # One strict number parser, each part of a gatherer on its own.
+    A(
+        "numbers-non-ascii-digits-in-host-files",
+        _non_ascii_digits,
+        expect="unreadable values, no gatherer lost",
+    ),
+    A("numbers-non-ascii-rdma-port-and-numa", _rdma_non_ascii, expect="fabric.E001 passes port 1, no error"),
+    A(
+        "numbers-non-ascii-in-the-baseline",
+        _baseline_non_ascii,
+        expect="memory left out and said, the rest kept",
+    ),
+    # No silent truncation.
+    A("rdma-1100-devices-past-the-cap", _rdma_past_the_cap, expect="fabric.E001 warns: 76 devices not read"),
+    # The host root: a readable folder, and nothing outside it followed.
+    A(
+        "host-root-missing",
+        lambda c: Run(c.base("--host-root", c.p("nowhere")), USAGE, needle="--host-root"),
+        expect="usage error, exit 2, not READY",
+    ),
+    A(
+        "host-root-a-file",
+        lambda c: Run(c.base("--host-root", _host_root_not_a_folder(c)), USAGE, needle="not a folder"),
+        expect="usage error, exit 2",
+    ),
+    A(
+        "baseline-host-root-missing",
+        lambda c: Run(["baseline", "--host-root", c.p("nowhere")], USAGE, needle="--host-root"),
+        expect="usage error, exit 2, nothing recorded",
+    ),
+    A(
+        "host-root-proc-links-to-the-machines-proc",
+        _proc_outside,
+        expect="system.E008 skips: outside the root",
+    ),
+    A(
+        "host-root-counter-links-outside",
+        _counter_outside,
+        expect="system.E006 skips: the link is not followed",
+    ),
+    # baseline --write keeps data.
+    A(
+        "baseline-write-keeps-owner-and-mode",
+        _baseline_keeps(65534, 0o640, '# the site\'s\nprofile = "passive"\n'),
+        expect="written; owner nobody and mode 0640 kept",
+    ),
+    A(
+        "baseline-write-empty-file-keeps-its-mode",
+        _baseline_keeps(0, 0o600, ""),
+        expect="written; mode 0600 kept",
+    ),
+    A(
+        "baseline-write-never-past-the-read-limit",
+        _baseline_past_the_read_limit,
+        expect="usage error, the file untouched",
+    ),
+    A(
+        "baseline-write-removes-a-dead-writers-temp",
+        _baseline_leftover,
+        expect="written; the leftover removed",
+    ),
+    A(
+        "baseline-write-sigterm-while-the-folder-is-locked",
+        _baseline_sigterm_locked,
+        expect="exit 143, file untouched, no temporary file",
+    ),
+    # The state file: never another's file, never a report's path or the standard output.
+    A(
+        "state-file-foreign-json-left-untouched",
+        _state_foreign,
+        expect="system.E010 warns; the file byte for byte",
+    ),
+    A("state-file-same-as-prometheus", _state_is("--prometheus"), expect="usage error, exit 2"),
+    A("state-file-same-as-junit", _state_is("--junit"), expect="usage error, exit 2"),
+    A("state-file-is-the-json-stdout", _state_is_stdout, expect="usage error, exit 2, the link untouched"),
+]
+ATTACKS += HARDEN_ATTACKS
+
+
 # --- hostcheck sweep: its contract variables, its port, a hostile training Python, signals mid-sweep -------------
 # One node process as a launcher starts it (torch's contract, a world of one unless the row says otherwise). Most rows
 # stop before any rank starts; the ``real`` rows run this interpreter's torch, a compute-only sweep of seconds.
@@ -2298,9 +2901,10 @@ def test_attack(
         if before.get(k) != after.get(k) and not any(k == a or k.startswith(a + os.sep) for a in allowed)
     )
     assert not touched, f"touched outside the reports {sorted(allowed)}: {touched}"
+    want = f"expected: {attack.expect}\n" if attack.expect else ""
     for o in outcomes:
         assert o.rc in run.codes, (
-            f"exit {o.rc}, want {run.codes}\nstdout: {o.out[-2000:]}\nstderr: {o.err[-3000:]}"
+            f"{want}exit {o.rc}, want {run.codes}\nstdout: {o.out[-2000:]}\nstderr: {o.err[-3000:]}"
         )
         assert TRACEBACK not in o.out and TRACEBACK not in o.err, o.err[-3000:] or o.out[-3000:]
         if run.needle and run.stderr == "pipe":

@@ -153,18 +153,6 @@ FAULTS = {
         "baseline.E006",
         Status.FAIL,
     ),
-    "rdma-port-at-200": (
-        lambda t: put(t, "sys/class/infiniband/mlx5_1/ports/1/rate", "200 Gb/sec (4X HDR)\n"),
-        {},
-        "baseline.E004",
-        Status.FAIL,
-    ),
-    "rdma-port-down": (
-        lambda t: put(t, "sys/class/infiniband/mlx5_0/ports/1/state", "1: DOWN\n"),
-        {},
-        "baseline.E004",
-        Status.FAIL,
-    ),
     "ethernet-port-at-25g": (
         lambda t: put(t, "sys/class/net/eth0/speed", "25000\n"),
         {},
@@ -231,13 +219,54 @@ def test_an_idle_gpu_link_at_a_lower_speed_only_warns(tree):
     assert not_ok(r) == {"baseline.E006": Status.WARN} and "idle power saving" in r["baseline.E006"].message
 
 
-def test_a_missing_nic_is_reported_once_by_the_ports_check(tree):
+#: RDMA ports the baseline records are judged by the fabric checks (one check per fault): fault -> (plant, the
+#: check, its status, words of its message).
+RDMA_FAULTS = {
+    "rdma-port-at-200": (
+        lambda t: put(t, "sys/class/infiniband/mlx5_1/ports/1/rate", "200 Gb/sec (4X HDR)\n"),
+        "fabric.E002",
+        Status.FAIL,
+        "mlx5_1 port 1: at 200 Gb/s, expected 400 (the baseline)",
+    ),
+    "rdma-port-down": (
+        lambda t: put(t, "sys/class/infiniband/mlx5_0/ports/1/state", "1: DOWN\n"),
+        "fabric.E001",
+        Status.FAIL,
+        "mlx5_0 port 1: state DOWN",
+    ),
+    "rdma-nic-missing": (
+        lambda t: (
+            shutil.rmtree(t / "sys/class/infiniband/mlx5_1"),
+            shutil.rmtree(t / "sys/bus/pci/devices/0000:2c:00.0"),
+        ),
+        "fabric.E001",
+        Status.FAIL,
+        "mlx5_1:1 missing (in the baseline)",
+    ),
+}
+FABRIC = [c for c in all_checks() if c.id in ("fabric.E001", "fabric.E002")]
+
+
+@pytest.mark.parametrize("fault", sorted(RDMA_FAULTS))
+def test_the_baselines_rdma_ports_are_judged_once_by_the_fabric_checks(tree, fault):
+    from hostcheck.gather.rdma import gather_rdma
+
+    plant, check_id, status, words = RDMA_FAULTS[fault]
     cfg = record(tree)
-    shutil.rmtree(tree / "sys/class/infiniband/mlx5_1")
-    shutil.rmtree(tree / "sys/bus/pci/devices/0000:2c:00.0")
-    r = judge(tree, cfg)
-    assert not_ok(r) == {"baseline.E004": Status.FAIL} and "mlx5_1:1 missing" in r["baseline.E004"].message
-    assert any("not on the PCI bus" in d for d in r["baseline.E006"].details)
+    plant(tree)
+    snap = dataclasses.replace(
+        S.make_snapshot(options=Options(config=cfg)),
+        inventory=gather_inventory(str(tree), nvml()),
+        rdma=gather_rdma(str(tree)),
+    )
+    results, _ = evaluate(snap, CHECKS + FABRIC)
+    r = {x.id: x for x in results}
+    assert not_ok(r) == {check_id: status}, {i: r[i].message for i in not_ok(r)}
+    assert words in r[check_id].message, r[check_id].message
+    assert "fabric.E001, E002 and E006" in " ".join(r["baseline.E004"].details)
+    if fault == "rdma-nic-missing":
+        assert any("not on the PCI bus" in d for d in r["baseline.E006"].details)
+        assert "lspci" in r[check_id].hint and "mlxfwmanager" in r[check_id].hint
 
 
 # --- nothing to compare, nothing read: said, never a fail -------------------------------------------------------
@@ -402,7 +431,7 @@ def _check(tmp_path: Path, tree: Path, cfg: Path, nvml_env: dict | None = None) 
     facts = tmp_path / "facts"
     facts.mkdir(exist_ok=True)
     p = _hostcheck(
-        "--config", str(cfg), "--host-root", str(tree), "--only", "baseline", "--json",
+        "--config", str(cfg), "--host-root", str(tree), "--only", "baseline,fabric.E001,fabric.E002", "--json",
         "--facts-dir", str(facts), "--state-file", str(tmp_path / "state.json"),
         nvml_env=nvml_env, cwd=tmp_path,
     )  # fmt: skip
@@ -413,6 +442,7 @@ def _check(tmp_path: Path, tree: Path, cfg: Path, nvml_env: dict | None = None) 
 @pytest.mark.parametrize("fault", ["none", "missing-nvme-drive", "memory-6pct-short", "gpu-on-another-vbios",
                                    "gpu-link-x8", "rdma-port-at-200"])  # fmt: skip
 def test_baseline_then_check_through_the_cli(tmp_path, tree, fault):
+    """Recorded, then checked through the real command line (the RDMA ports by fabric.E001/E002)."""
     cfg = tmp_path / "hostcheck.toml"
     cfg.write_text('profile = "passive"\n\n[slurm]\ndrain = false\n')
     before = cfg.read_text()
@@ -421,13 +451,16 @@ def test_baseline_then_check_through_the_cli(tmp_path, tree, fault):
     assert cfg.read_text().startswith(before)  # the rest of the file, byte for byte
     assert loads(cfg.read_text())["baseline"]["gpus"][3]["vbios"] == "96.00.99.00.01"
     nvml_env = None
-    if fault != "none":
+    if fault in RDMA_FAULTS:
+        plant, check_id, status, _words = RDMA_FAULTS[fault]
+        plant(tree)
+    elif fault != "none":
         plant, gpus, check_id, status = FAULTS[fault]
         if plant:
             plant(tree)
         nvml_env = {"gpus": {k[1:]: v for k, v in gpus.items()}}
     checks = _check(tmp_path, tree, cfg, nvml_env)
-    assert set(checks) == IDS
+    assert set(checks) == IDS | {"fabric.E001", "fabric.E002"}
     bad = {i: c["status"] for i, c in checks.items() if c["status"] != "pass"}
     assert bad == ({} if fault == "none" else {check_id: status.value}), {
         i: checks[i]["message"] for i in bad

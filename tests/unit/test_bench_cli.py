@@ -130,10 +130,16 @@ def test_real_tiny_bench_in_this_venv(tmp_path, capsys):
         "--facts-dir",
         str(tmp_path),
     ]
-    argv += ["--json", str(out_json), "--png", str(out_png), "--advice-file", str(advice), "-q"]
+    argv += ["--json", str(out_json), "--png", str(out_png), "--advice-file", str(advice)]
     assert bench(argv) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "tuning" in text and "verdict" in text and "too few pairs" in text
+    # Announced without a guessed figure; estimated once each of the first group's workers has answered.
+    err = captured.err.splitlines()
+    assert any("6 runs in 3 worker processes" in ln and "first runs' measured cost" in ln for ln in err), err
+    (measured,) = [i for i, ln in enumerate(err) if "measured here: a pipeline run" in ln]
+    assert "[3/6]" in err[measured - 1] and "in all" in err[measured] and "left" in err[measured], err
     doc = json.loads(out_json.read_text())
     assert doc["schema"] == "hostcheck-bench" and doc["schema_version"] == BENCH_SCHEMA_VERSION
     assert doc["python"]["torch"] and doc["host"]["cpus"] >= 1 and doc["options"]["pairs"] == 1
@@ -185,8 +191,37 @@ def test_list_prints_the_runs_and_the_worker_processes():
     assert first == "30 runs (5 pairs + 1 warm-up) in 5 worker processes (one per variant):"
     assert "  workers/pipeline: pipe, 256 images" in rest and "    B c: label c" in rest
     assert rest[-1] == "  skipped shm (/dev/shm 64M vs 50%): not root; hint: run as root"
-    # The rough duration counts the runs and each group's worker start-ups (made together on the CPUs).
-    assert cli.estimate_s(plan, 30, 2.0, cpus=2) == pytest.approx(30 * cli.RUN_S + 3 * 2.0 / 2 + 2 * 2.0 / 2)
+
+
+def test_the_estimate_comes_from_the_runs_measured_on_this_node():
+    """No figure before a run is measured (a guessed constant said 1 minute for 4.5); then each group's worker
+    start-up and each workload's run cost as measured here, refined after every run."""
+    from hostcheck.bench.eta import Eta
+    from hostcheck.bench.plan import Group, Plan, Variant
+
+    a, b, c = (Variant(k, f"label {k}") for k in "abc")
+    plan = Plan(
+        (
+            Group("threads/train", "threads", "train", "train", {}, (a, b, c)),
+            Group("workers/pipeline", "workers", "pipeline", "pipe", {}, (a, b)),
+        ),
+        (),
+    )
+    now = [0.0]
+    eta = Eta.of(plan, pairs=3, warmup=1, clock=lambda: now[0])  # 12 train runs, then 8 pipeline runs
+    assert eta.left_s() is None
+    eta.group_started("threads/train")
+    now[0] = 7.0 + 15.0  # the workers took 7 s to start, the first run 15 s
+    eta.run_done("threads/train", "train", 15.0)
+    assert eta.startup_s == [7.0]
+    # 11 train runs at 15 s, then the pipeline group: one start-up of 7 s and 8 runs costed as train's for now.
+    assert eta.left_s() == pytest.approx(11 * 15 + 7 + 8 * 15)
+    for _ in range(11):
+        eta.run_done("threads/train", "train", 13.0)
+    eta.group_started("workers/pipeline")
+    now[0] += 9.0 + 5.0
+    eta.run_done("workers/pipeline", "pipeline", 5.0)
+    assert eta.startup_s == [7.0, 9.0] and eta.left_s() == pytest.approx(7 * 5.0)
 
 
 def test_sigterm_ends_the_bench_through_the_command_wrapper_and_the_old_handler_comes_back(

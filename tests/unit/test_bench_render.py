@@ -167,3 +167,16 @@ def test_the_chart_is_drawn_by_the_one_png_engine_without_pil(tmp_path, monkeypa
     helps = chart_spec([comp("tcmalloc", [1.2, 1.25, 1.22, 1.21, 1.23])], "t")
     assert chart.COLOURS["helps"] in _colours(chart.draw(helps))
     assert chart.render_png(helps, str(tmp_path / "missing" / "out.png")).startswith("writing ")
+
+
+def test_names_and_errors_from_the_node_cannot_forge_a_line_or_an_escape():
+    """A GPU name from the training Python's torch and a worker's error line, each with a new line that starts a
+    line of its own and an OSC escape (xterm: ESC ] 0 ; title BEL), come out escaped."""
+    forged = "\n[PASS] all good\x1b]0;pwned\x07"
+    d = doc()
+    d["host"]["gpus"] = ["NVIDIA H100" + forged]
+    errs = (comp("tcmalloc_minimal", [], status=ERROR, message="worker died" + forged),)
+    text = render_text(d, errs, ())
+    assert "\x1b" not in text and "\x07" not in text
+    assert not any(line.startswith("[PASS]") for line in text.splitlines()), text
+    assert "NVIDIA H100\\n[PASS] all good\\x1b]0;pwned\\x07" in text and "worker died\\n[PASS]" in text

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import hostcheck_scenarios as S
 import pytest
 
+from hostcheck import fixes
 from hostcheck.checks import all_checks
 from hostcheck.core import evaluate
 from hostcheck.gather import Options
 from hostcheck.gather.base import NOT_FOUND, Unavailable
 from hostcheck.gather.nvml import gather_nvml
 from hostcheck.registry import Status
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BAD = (Status.FAIL, Status.ERROR)
 
@@ -135,7 +139,10 @@ def test_xid_events(xid, status):
     results, _ = judge(S.make_snapshot(system=S.h100_system(xid_events=ev)))
     r = results["gpu.E011"]
     assert r.status == status and r.value == 1
-    assert r.details[0].startswith("GPU 1:")
+    assert r.details[0].startswith("GPU 1 (0000:2a:00):")
+    if status is not Status.PASS:
+        assert f"Xid {xid} (" in r.message and "on GPU 1 (0000:2a:00)" in r.message
+        assert r.brief == f"Xid {xid} on GPU 0000:2a:00"
 
 
 def test_unreadable_kernel_log_skips_xid():
@@ -352,6 +359,59 @@ def test_governor_thp_limits_intent_vs_reality():
     assert results["tuning.E009"].status == Status.WARN and results["tuning.E010"].status == Status.WARN
 
 
+def _limits_judged(container, **fact):
+    tuning = S.h100_tuning(
+        shm_bytes=64 << 20, rlimits={"memlock": (8 << 20, 8 << 20), "nofile": (1024, 4096)}
+    )
+    probe = S.h100_probe(rlimits={"memlock": [8 << 20, 8 << 20], "nofile": [1024, 4096]})
+    facts = S.h100_facts()
+    facts["gpunode_tuning"].update(fact)
+    results, _ = judge(
+        S.make_snapshot(tuning=tuning, probe=probe, facts=facts, system=S.h100_system(container=container))
+    )
+    return results["tuning.E001"].hint, results["tuning.E009"].hint, results["tuning.E010"].hint
+
+
+def test_in_a_container_a_fix_the_role_already_has_is_the_runtimes_setting():
+    """Docker's 64 MB /dev/shm and 8 MiB memlock inside a container, the role's variables at their defaults: the
+    fix is the runtime's flag (docker run --shm-size / --ipc=host / --ulimit, NVIDIA's Containers User Guide;
+    Kubernetes' emptyDir with medium Memory), never "set gpunode_tuning_limits_memlock: unlimited", which the role
+    already has. On a host (the fault absent) the role's variable stays the fix."""
+    shm, memlock, nofile = _limits_judged("docker", shm_size_target="50%")
+    assert "--shm-size=64g" in shm and "--ipc=host" in shm and "sizeLimit: 64Gi" in shm
+    assert "--ulimit memlock=-1" in memlock and "--ulimit nofile=1048576:1048576" in nofile
+    assert not any("gpunode_tuning_" in h and "(role gpunode_tuning)" in h for h in (shm, memlock, nofile))
+    shm, memlock, nofile = _limits_judged(None, shm_size_target="50%")
+    assert "gpunode_tuning_shm_size: 64G (role gpunode_tuning)" in shm and "--shm-size" not in shm
+    assert memlock == fixes.MEMLOCK and nofile == fixes.NOFILE
+
+
+def test_in_a_container_a_value_the_site_chose_stays_the_roles_fix_unless_the_role_could_not_set_it():
+    # The site set its own values: the role's variable is the fix, with the runtime's flag beside it for /dev/shm.
+    shm, memlock, nofile = _limits_judged(
+        "podman", shm_size_target="64G", limits={"memlock": "65536", "nofile": 65536}
+    )
+    assert (
+        "gpunode_tuning_shm_size: 64G (role gpunode_tuning)" in shm
+        and "in a container: --shm-size=64g" in shm
+    )
+    assert memlock == fixes.MEMLOCK and nofile == fixes.NOFILE
+    # The role recorded it could not: PID 1's hard limits, no CAP_SYS_ADMIN to remount /dev/shm.
+    skipped = {"limits": "container: PID 1 hard limits ...", "shm_remount": "container without CAP_SYS_ADMIN"}
+    shm, memlock, nofile = _limits_judged(
+        "podman", shm_size_target="64G", limits={"memlock": "65536", "nofile": 65536}, skipped=skipped
+    )
+    assert shm.startswith("the container runtime sizes /dev/shm") and memlock == fixes.RUNTIME_MEMLOCK
+    assert nofile == fixes.RUNTIME_NOFILE
+
+
+def test_the_tuning_defaults_the_fixes_know_are_the_roles():
+    import yaml
+
+    defaults = yaml.safe_load((ROOT / "roles" / "gpunode_tuning" / "defaults" / "main.yml").read_text())
+    assert {k: defaults["gpunode_tuning_" + k] for k in fixes.TUNING_DEFAULTS} == fixes.TUNING_DEFAULTS
+
+
 def test_fact_values_as_strings_are_understood():
     facts = S.h100_facts()
     facts["gpunode_tuning"].update(
@@ -449,7 +509,11 @@ def test_one_gpu_lost_mid_run():
     snap = S.make_snapshot(nvml=S.FakeNvml(fail={"nvmlDeviceGetHandleByIndex@5": S.GPU_IS_LOST}))
     results, _ = judge(snap)
     assert results["gpu.E002"].status == Status.FAIL and results["gpu.E002"].value == 7
-    assert results["gpu.E004"].status == Status.FAIL and "GPU 5" in results["gpu.E004"].message
+    assert "GPU 5" in results["gpu.E002"].message and "nvidia-smi -r -i 5" in results["gpu.E002"].hint
+    # Said once, by gpu.E002: the other checks judge the seven GPUs left and say GPU 5 was not judged.
+    assert results["gpu.E004"].status == Status.PASS
+    assert any("GPU 5: not judged, the GPU is lost" in d for d in results["gpu.E004"].details)
+    assert results["gpu.E009"].status == Status.PASS and not results["gpu.E009"].hint
 
 
 def test_nvml_shutdown_called(scenarios):
@@ -650,3 +714,36 @@ def test_a_new_feature_branch_warns_and_an_unknown_branch_is_not_judged():
 def test_the_branch_check_without_nvml_says_so():
     results, _ = judge(S.SCENARIOS["no_nvml"][0]())
     assert results["gpu.E014"].status == Status.SKIP and "NVML unavailable" in results["gpu.E014"].message
+
+
+@pytest.mark.parametrize(
+    "os_id, version, pretty, status, needle",
+    [
+        # The roles' table (hostcheck/data/platform.json): Debian 11 left LTS on 2026-08-31 (wiki.debian.org/LTS),
+        # CentOS Stream 8 ended on 2024-05-31; both passed while gpunode_base refused them.
+        ("debian", "11", "Debian GNU/Linux 11 (bullseye)", Status.WARN, "the gpunode roles refuse Debian 11"),
+        ("centos", "8", "CentOS Stream 8", Status.WARN, "the gpunode roles refuse CentOS 8"),
+        ("ubuntu", "26.04", "Ubuntu 26.04 LTS", Status.WARN, "the gpunode roles refuse Ubuntu 26"),
+        ("opensuse-leap", "15.6", "openSUSE Leap 15.6", Status.WARN, "not a distribution the gpunode roles"),
+        # The fault absent: what the roles provision passes.
+        ("debian", "12", "Debian GNU/Linux 12 (bookworm)", Status.PASS, "Debian GNU/Linux 12"),
+        ("ubuntu", "22.04", "Ubuntu 22.04.5 LTS", Status.PASS, "Ubuntu 22.04.5"),
+        ("rhel", "9.4", "Red Hat Enterprise Linux 9.4 (Plow)", Status.PASS, "Red Hat"),
+        ("centos", "9", "CentOS Stream 9", Status.PASS, "CentOS Stream 9"),
+    ],
+)
+def test_os_supported_is_the_roles_table(os_id, version, pretty, status, needle):
+    from hostcheck import platform
+
+    system = S.h100_system(os_id=os_id, os_version=version, os_pretty=pretty)
+    r = judge(S.make_snapshot(system=system))[0]["system.E001"]
+    assert r.status == status and needle in r.message, r
+    key, row = platform.os_row_for(platform.load(), os_id, version)
+    if row:  # gpunode_base's plan reads the same row: refused where this warns, with the same reason
+        family = row["family"]
+        plan = platform.node_plan(
+            os={"distribution": key.split(" ")[0], "major": key.split(" ")[1], "family": family}
+        )
+        assert plan["os"]["supported"] == (status == Status.PASS), plan
+    if status == Status.WARN and row:
+        assert row["why"] in r.message and r.brief and any(row["why"][:40] in e for e in plan["errors"])

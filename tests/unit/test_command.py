@@ -20,7 +20,7 @@ import pytest
 
 from hostcheck import SCHEMA_VERSION, command
 from hostcheck.checks import all_checks
-from hostcheck.registry import Check, Outcome, Result, Status, passed, run_check, select
+from hostcheck.registry import Check, Outcome, Result, Status, passed, run_check, run_checks, select
 from hostcheck.score import score, verdict
 
 SCHEMA = os.path.join(
@@ -76,6 +76,7 @@ def test_healthy_exit_0_and_json_schema(use_scenario, capsys):
         "hint",
         "details",
         "duration_s",
+        "brief",
     }
     assert {c["id"] for c in doc["checks"]} == {c.id for c in all_checks() if c.category != "workload"}
 
@@ -143,9 +144,12 @@ def test_internal_error_exits_2_without_traceback(monkeypatch, capsys):
 
 
 def test_list(capsys):
-    assert command.main(["--list"]) == 0
+    assert command.main(["--list", "--profile", "full"]) == 0
     out = capsys.readouterr().out
     assert all(c.id in out for c in all_checks())
+    assert command.main(["--list"]) == 0  # the default profile: every check but those of the GPU workload
+    out = capsys.readouterr().out
+    assert all((c.id in out) is (not c.workload) for c in all_checks())
 
 
 def test_options_reach_the_gatherers(use_scenario, capsys, tmp_path):
@@ -227,6 +231,34 @@ def test_check_timeout_and_crash_become_error_results():
     assert r.status == Status.ERROR
 
 
+def test_a_run_judges_its_checks_in_one_thread_and_a_hung_check_costs_only_itself():
+    """run_checks starts one thread for the whole run (a thread per check cost a passive run most of its time on
+    a busy machine); a check stuck past its timeout keeps that thread, and the checks after it run in a new one."""
+    release = threading.Event()
+    threads = []
+
+    def ok(_s):
+        threads.append(threading.current_thread())
+        return passed("fine")
+
+    def hung(_s):
+        threads.append(threading.current_thread())
+        release.wait(10)
+        return passed("too late")
+
+    checks = [Check(f"gpu.E9{i:02}", "ok", "gpu", 1, ok) for i in range(5)]
+    checks.insert(2, Check("gpu.E990", "hung", "gpu", 1, hung, timeout_s=0.2))
+    results = run_checks(checks, None)
+    release.set()
+    assert [r.status for r in results] == [Status.PASS] * 2 + [Status.ERROR] + [Status.PASS] * 3
+    assert "timed out after 0.2 s" in results[2].message
+    assert len(set(threads[:3])) == 1 and len(set(threads[3:])) == 1 and threads[3] is not threads[0]
+    assert threads[0] is not threading.main_thread()
+    for t in set(threads):  # the idle thread ended with the run; the hung one ends once its call returns
+        t.join(2)
+        assert not t.is_alive()
+
+
 def test_quick_leaves_out_workload_checks():
     fake = [
         Check("gpu.E001", "a", "gpu", 1, lambda s: Outcome(Status.PASS, "")),
@@ -300,9 +332,18 @@ def test_bad_workload_options_are_usage_errors(argv, capsys):
 
 def test_workload_options_reach_the_gatherers(use_scenario, capsys):
     seen = use_scenario("healthy_8x_h100")
-    command.main(
-        ["--json", "--only", "workload", "--nnodes", "2:4", "--rdzv-endpoint", "n1:29400", "--burn", "5"]
-    )
+    argv = [
+        "--json",
+        "--profile",
+        "full",
+        "--only",
+        "workload",
+        "--nnodes",
+        "2:4",
+        "--rdzv-endpoint",
+        "n1:29400",
+    ]
+    command.main([*argv, "--burn", "5"])
     capsys.readouterr()
     o = seen["options"]
     assert (o.nnodes, o.rdzv_endpoint, o.burn) == ("2:4", "n1:29400", 5.0)
@@ -559,8 +600,8 @@ def test_help_of_every_command_exits_0(argv, capsys):
 def test_the_top_level_help_lists_every_command(capsys):
     assert command.main(["--help"]) == 0
     out = capsys.readouterr().out
-    for name, module in command.SUBCOMMANDS.items():
-        assert f"    {name} " in out and module.SUMMARY.split()[0] in out
+    for name in command.SUBCOMMANDS:
+        assert f"    {name} " in out and command.load(name).SUMMARY.split()[0] in out
     assert "--json" in out and "--only" in out  # check's options: the default command
 
 

@@ -74,7 +74,7 @@ def judge(dcgm: DcgmSnapshot | None) -> dict:
 def test_v4_level1_all_pass_is_one_pass_and_the_absent_categories_skip():
     r = judge(snap(1))
     assert r["gpu.E030"].status is Status.PASS
-    assert r["gpu.E030"].message == "2 DCGM deployment result(s) passed (DCGM 4.6.0, dcgmi diag -r 1)"
+    assert r["gpu.E030"].message == "2 DCGM deployment results passed (DCGM 4.6.0, dcgmi diag -r 1)"
     for cid in ("gpu.E031", "gpu.E032", "gpu.E033"):
         assert r[cid].status is Status.SKIP and "ran no" in r[cid].message
     assert r["gpu.E034"].status is Status.PASS
@@ -99,7 +99,7 @@ def test_the_same_run_with_the_fault_absent_passes():
                 res.pop("warnings", None)
     r = judge(snap(3, diag=CmdResult(0, json.dumps(doc), "")))
     assert {r[c].status for c in DIAG_IDS} == {Status.PASS}
-    assert "6 DCGM stress result(s) passed" in r["gpu.E033"].message
+    assert "6 DCGM stress results passed" in r["gpu.E033"].message
 
 
 def test_a_skipped_test_is_kept_apart_from_a_failed_one():
@@ -187,6 +187,26 @@ def test_hostile_json_values_are_kept_bounded_and_typed():
     assert r["gpu.E032"].status is not Status.ERROR
 
 
+def test_results_past_the_cap_are_counted_and_never_a_pass():
+    """More results than MAX_RESULTS (a hostile or broken dcgmi): the ones past it may hold a failure, so the checks
+    warn and say how many were not read; with the same count within the cap, they pass."""
+    from hostcheck.gather.dcgm import MAX_RESULTS
+
+    def doc(n: int) -> str:
+        rows = [{"status": "Pass", "entity_group": "GPU", "entity_id": i % 8} for i in range(n)]
+        tests = [{"name": "memory", "results": rows}]
+        return json.dumps(
+            {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": tests}]}}
+        )
+
+    over = parse_diag(doc(MAX_RESULTS + 5), 3)
+    assert len(over.results) == MAX_RESULTS and over.dropped == 5
+    r = judge(snap(3, diag=CmdResult(0, doc(MAX_RESULTS + 5), "")))["gpu.E032"]
+    assert r.status is Status.WARN and f"5 results past the first {MAX_RESULTS} not read" in r.message
+    r = judge(snap(3, diag=CmdResult(0, doc(MAX_RESULTS), "")))["gpu.E032"]
+    assert r.status is Status.PASS and r.message.startswith(f"{MAX_RESULTS} DCGM hardware results passed")
+
+
 # --- running: not installed, hangs, floods, busy, the profile's level -----------------------------------------
 
 
@@ -267,6 +287,7 @@ def test_each_profile_has_its_level_with_dcgms_documented_run_time():
         "passive": 0,
         "prolog": 1,
         "epilog": 1,
+        "standard": 1,
         "full": 2,
         "burnin": 3,
     }

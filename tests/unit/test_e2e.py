@@ -42,9 +42,8 @@ def test_real_gatherers_on_this_machine_give_results_not_tracebacks(stub_python,
     (facts / "gpunode_driver.fact").write_text(
         json.dumps({"expected_gpu_count": "8", "version": "580.159.04"})
     )
-    rc = command.main(
-        ["--json", "--python", stub_python, "--facts-dir", str(facts), "--env-file", "/nonexistent"]
-    )
+    argv = ["--json", "--profile", "full", "--python", stub_python, "--facts-dir", str(facts)]
+    rc = command.main([*argv, "--env-file", "/nonexistent"])
     doc = json.loads(capsys.readouterr().out)
     assert rc in (0, 1) and doc["exit_code"] == rc
     assert len(doc["checks"]) == len(all_checks())

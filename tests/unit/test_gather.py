@@ -20,6 +20,7 @@ from hostcheck.gather.system import (
     parse_xid_lines,
     read_kernel_log,
     read_xids,
+    within_window,
 )
 from hostcheck.gather.torchinfo import choose_python, gather_torch, probe_snapshot
 from hostcheck.gather.tuning import parse_env_file, parse_thp, services_state, shm_size
@@ -39,6 +40,53 @@ def test_parse_xid_lines_window_and_fields():
     )
     ev = parse_xid_lines(log, now=NOW)
     assert [(e.pci, e.xid) for e in ev] == [("0000:2a:00", 79), ("0000:db:00", 13)]
+
+
+def test_the_window_reads_every_timestamp_form_journalctl_and_dmesg_print():
+    # journalctl -o short-iso: "2026-11-23T02:30:01+0000" (systemd's journalctl(1), short-iso); dmesg
+    # --time-format iso: "2026-11-23T02:30:01,123456+00:00" (util-linux dmesg(1)).
+    lines = [
+        "2026-11-23T02:30:01,123456+00:00 in, microseconds and a colon zone",
+        "2026-11-23T00:30:01+0000 older than 2 h: out",
+        "2026-11-22T23:30:01-0200 in: 01:30 UTC is 1.5 h before",
+        "2026-11-22T23:30:01-01:00 out: 00:30 UTC",
+        "2026-11-23T08:29:59+05:30 in: 02:59:59 UTC",
+        "2026-11-23T02:30:01 in: no zone is UTC",
+        "2026-13-23T02:30:01+00:00 kept: no such month, so no time to judge by",
+        "2026-11-23T02:30:01+99:00 kept: no such zone",
+        "\u0662\u0660\u0662\u0666-11-22T02:30:01+00:00 kept: digits that are not ASCII are no time",
+        "a line without a time: kept",
+    ]
+    kept = within_window("\n".join(lines), 2, now=NOW)
+    assert kept == [lines[i] for i in (0, 2, 4, 5, 6, 7, 8, 9)]
+
+
+def test_one_run_reads_the_kernel_log_once_for_the_xids_and_the_machine_checks(monkeypatch, tmp_path):
+    import hostcheck.gather as G
+
+    calls = []
+    log = (
+        "2026-11-23T02:30:01+00:00 kernel: NVRM: Xid (PCI:0000:2a:00): 79, pid=1, GPU has fallen off the bus.\n"
+        "2026-11-23T02:31:00+00:00 kernel: mce: [Hardware Error]: Machine check events logged\n"
+    )
+
+    def runner(argv, timeout, *args, **kwargs):
+        calls.append(argv[0])
+        return CmdResult(0, log, "") if argv[0] == "journalctl" else Unavailable("not_installed", "no")
+
+    monkeypatch.setattr(G, "run_cmd", runner)
+    monkeypatch.setattr("hostcheck.gather.system.datetime", _Frozen)
+    snap = G.gather(
+        G.Options(host_root=str(tmp_path), state_file=str(tmp_path / "s.json")), {"system", "hardware"}
+    )
+    assert calls.count("journalctl") == 1
+    assert [e.xid for e in snap.system.xid_events] == [79] and len(snap.hardware.mce_lines) == 1
+
+
+class _Frozen(datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return NOW
 
 
 def test_read_xids_falls_back_to_dmesg_and_reports_unreadable():

@@ -45,6 +45,7 @@ def gpu_row(i, bus, width="16", ecc_vol="0", reasons="0x0000000000000001"):
         "clocks_throttle_reasons.active": reasons,
         "temperature.gpu": str(30 + i),
         "persistence_mode": "Enabled",
+        "mig.mode.current": "Disabled",
     }
     values["clocks_event_reasons.active"] = reasons  # the newer name of the same field
     return values
@@ -146,3 +147,37 @@ def test_pynvml_missing_falls_back_to_smi_and_reports_both_when_absent():
 
 def test_gpu_fields_are_unique():
     assert len(set(GPU_FIELDS)) == len(GPU_FIELDS)
+
+
+def test_an_unparsable_remapped_rows_cell_is_unknown_never_a_failed_remap():
+    """A remapped-rows cell that is neither a number nor a flag (here 'Maybe') leaves the remap state unknown:
+    gpu.E005 says it could not judge it, and never reports a failed or pending remap from it."""
+    rows = [gpu_row(i, b) for i, b in enumerate(S.H100_BUSES)]
+    remap = "".join(f"00000000:{b}:00.0, 0, 0, 0, 0\n" for b in S.H100_BUSES[1:])
+    remap += f"00000000:{S.H100_BUSES[0]}:00.0, 0, 0, 0, Maybe\n"
+    runner, _ = make_runner(rows, remap, old_driver=False)
+    nvml = gather_smi(runner)
+    assert isinstance(nvml.gpus[0].remapped_rows, Unavailable)
+    snap = dataclasses.replace(S.make_snapshot(), nvml=nvml)
+    e5 = {r.id: r for r in evaluate(snap, all_checks())[0]}["gpu.E005"]
+    assert e5.status == Status.ERROR and "FAILED" not in e5.message and "GPU 0" in e5.message, e5
+
+
+def test_a_gpu_nvidia_smi_cannot_reach_is_a_lost_row_among_the_others():
+    """nvidia-smi prints 'Unable to determine the device handle for GPU <bus>: <why>' in place of a GPU it cannot
+    reach (NVIDIA/open-gpu-kernel-modules#387) and goes on with the others: that GPU is lost, the rest are read."""
+    rows = [gpu_row(i, b) for i, b in enumerate(S.H100_BUSES[:2])]
+    good = make_runner(rows, old_driver=False)[0]
+
+    def runner(argv, timeout):
+        r = good(argv, timeout)
+        if len(argv) > 1 and argv[1].startswith("--query-gpu="):
+            bad = "Unable to determine the device handle for GPU 0000:3A:00.0: Unknown Error\n"
+            return CmdResult(15, r.stdout + bad, "")
+        return r
+
+    snap = gather_smi(runner)
+    assert snap.ok and len(snap.gpus) == 3
+    lost = snap.gpus[2]
+    assert lost.handle_error.kind == "gpu_lost" and lost.pci_bus_id == "0000:3a:00.0"
+    assert "Unknown Error" in lost.handle_error.reason and snap.gpus[0].temperature_c == 30

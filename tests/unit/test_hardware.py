@@ -291,12 +291,13 @@ def test_kernel_log_parsing_keeps_mce_and_hung_lines_apart():
 # --- the state file ------------------------------------------------------------------------------------
 
 
-def test_garbage_state_is_a_new_baseline_and_a_warning(tree, tmp_path):
+def test_garbage_state_is_no_history_a_warning_and_left_as_it_is(tree, tmp_path):
     state = tmp_path / "state.json"
     state.write_text("{not json")
     r = judge(gather(tree, state, 1000.0))
     assert not_ok(r) == {"system.E010"} and "not JSON" in r["system.E010"].message
-    assert load_state(str(state)).previous  # replaced by this run's counters
+    assert "left as it is" in r["system.E010"].message
+    assert state.read_text() == "{not json"  # not hostcheck's file: never overwritten
 
 
 def test_an_unwritable_state_folder_warns_and_never_crashes(tree, tmp_path):

@@ -246,4 +246,7 @@ def test_a_final_barrier_while_one_rank_evaluates_is_an_end_wait_not_communicati
     assert doc["comm"]["end_wait_s"] >= 3.0
     assert "end-wait" in [c["id"] for c in doc["verdict"]["findings"]]
     assert "waiting after the loop" in p.stderr
+    # gloo on the CPU: the barrier is timed by the host clock, and the report says so
+    assert doc["comm"]["timed"]["host"] >= 2 and doc["comm"]["timed"]["gpu"] == 0
+    assert "by the host clock" in p.stderr
     assert leftovers(mark) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,19 @@ def test_the_window_ends_the_command_and_exits_0(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["job"]["ended_by"] == "window" and doc["job"]["rc"] is not None
     assert carrying(mark) == []
+
+
+def test_the_report_names_the_window_given_and_the_time_the_command_took_to_stop():
+    """--seconds 1.5 on a command that takes a second to exit after SIGINT: the report says 1.5 s and the second
+    after it (it said "stopped after the 3 s window" for a window of 1.5 s)."""
+    script = 'trap "sleep 1; exit 0" INT; while :; do sleep 0.1; done'
+    p = job("--seconds", "1.5", "--grace", "5", "--", "sh", "-c", script)
+    assert p.returncode == 0, p.stderr
+    (ran,) = [ln for ln in p.stderr.splitlines() if ln.strip().startswith("ran ")]
+    m = re.search(
+        r"stopped at the end of its 1\.5 s window \(--seconds\), (\d+\.\d) s to exit after SIGINT", ran
+    )
+    assert m and 0.8 <= float(m.group(1)) < 5, ran
 
 
 def test_sigint_is_forwarded_the_report_printed_and_nothing_left(tmp_path):

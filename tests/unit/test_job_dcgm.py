@@ -112,7 +112,7 @@ def _poll_until(s: DcgmSampler, seconds: float = 5.0) -> list[DcgmRow]:
 def test_the_sampler_reads_dmon_s_rows_and_stops_it(tmp_path):
     s = DcgmSampler(0.2, dcgmi=_answers(tmp_path))
     rows = _poll_until(s)
-    pid = s._proc.pid
+    pid = s._tool.proc.pid
     s.close()
     assert len(rows) == 32 and s.error is None and s.rows == 32
     assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
@@ -162,7 +162,7 @@ def test_a_hung_dmon_gives_no_row_and_is_killed_at_close(tmp_path):
     for _ in range(4):
         assert s.poll() == []
         time.sleep(0.05)
-    pid = s._proc.pid
+    pid = s._tool.proc.pid
     t = time.monotonic()
     s.close()
     assert time.monotonic() - t < 2.0
@@ -177,7 +177,7 @@ def test_a_dmon_printing_garbage_without_end_is_read_only_so_far(tmp_path):
         assert s.poll() == []
         time.sleep(0.02)
     s.close()
-    assert s._read <= MAX_OUTPUT and "printed more than" in (s.error or "")
+    assert s.read_bytes <= MAX_OUTPUT + 1 and "printed more than" in (s.error or "")
 
 
 # --- the signals' order, all the way to the verdict, the text, the JSON and the picture -----------------------

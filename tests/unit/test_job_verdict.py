@@ -205,11 +205,14 @@ def test_a_pipe_error_from_next_with_workers_is_a_dead_worker():
 
 
 def test_too_many_threads_for_the_cores_name_the_omp_setting():
-    # Busy workers (1.0 core each, measured) count as busy threads.
-    cpu = {"workers_n": 8, "workers": 8.0}
+    # 16 torch threads and 8 workers asked on 16 cores, and they held them: 8.0 cores each, measured.
+    cpu = {"workers_n": 8, "workers": 8.0, "main": 8.0, "job": 16.0}
     v = diagnose(analysis(ranks=(rank(threads=16, num_workers=8),), cores=16, cpu=cpu))
     over = next(c for c in v.findings if c.id == "oversubscribed")
-    assert "16 torch threads + 8 DataLoader workers using 8.0 cores = 24.0 busy on 16 cores" in over.evidence
+    assert (
+        "16 torch threads using 8.0 cores + 8 DataLoader workers using 8.0 cores = 16.0 busy of 16 cores"
+        in over.evidence
+    )
     assert "gpunode_tuning_omp_num_threads: 8" in over.fix
 
 
@@ -266,9 +269,36 @@ def test_idle_workers_are_not_busy_threads():
     idle = {"workers_n": 2, "workers": 0.02, "worker_mean": 0.01, "job": 1.0, "node_busy": 1.1}
     v = diagnose(analysis(ranks=(rank(threads=1, num_workers=2),), cores=2, gpu_util=None, cpu=idle))
     assert "oversubscribed" not in ids(v.findings)
-    busy = {**idle, "workers": 2.0, "worker_mean": 1.0, "job": 3.0, "node_busy": 2.0}
+    busy = {**idle, "workers": 1.2, "worker_mean": 0.6, "main": 0.7, "job": 1.9, "node_busy": 2.0}
     v = diagnose(analysis(ranks=(rank(threads=1, num_workers=2),), cores=2, gpu_util=None, cpu=busy))
     assert "oversubscribed" in ids(v.findings)
+
+
+def test_idle_torch_threads_are_not_busy_threads():
+    """The storage-bound job of the report: 2 torch threads and 2 workers asked on 2 cores, but the job used 0.03
+    cores while it waited on the disk: no "oversubscribed" and no advice to lower the OpenMP threads. The same job
+    with its processes holding the cores (1.9 of 2) is oversubscribed."""
+    io = {"job_read_mb_s": 40.0, "loader_blkio_share": 0.8, "psi_io_some": 0.6, "devices": ()}
+    waiting = {
+        "workers_n": 2,
+        "workers": 0.02,
+        "worker_mean": 0.01,
+        "main": 0.01,
+        "job": 0.03,
+        "node_busy": 0.1,
+    }
+    r = rank(wait_share=0.9, threads=2, num_workers=2)
+    v = diagnose(analysis(ranks=(r,), cores=2, gpu_util=None, cpu=waiting, io=io))
+    assert v.kind == "input-bound" and "storage" in ids(v.causes)
+    assert "oversubscribed" not in ids(v.findings)
+    assert "omp_num_threads" not in " ".join(c.fix for c in v.findings)
+    held = {**waiting, "workers": 0.7, "worker_mean": 0.35, "main": 1.2, "job": 1.9, "node_busy": 1.95}
+    v = diagnose(analysis(ranks=(r,), cores=2, gpu_util=None, cpu=held, io=io))
+    over = next(c for c in v.findings if c.id == "oversubscribed")
+    assert "2 torch threads using 1.2 cores + 2 DataLoader workers using 0.7 cores = 1.9 busy of 2 cores" in (
+        over.evidence
+    )
+    assert "gpunode_tuning_omp_num_threads: 1" in over.fix
 
 
 def test_a_busy_node_is_not_told_the_cpu_was_not_busy():

@@ -147,7 +147,9 @@ def two_runs(monkeypatch, tmp_path, first, second, gap=300.0):
 
     def run(fake, now):
         monkeypatch.setattr(G, "gather_nvml", lambda: gather_nvml(nvml=fake, proc_name=str))
-        monkeypatch.setattr(G, "gather_hardware", lambda *a, **k: gather_hardware(*a, runner=no_command, **k))
+        monkeypatch.setattr(
+            G, "gather_hardware", lambda *a, **k: gather_hardware(*a, **{**k, "runner": no_command})
+        )
         # gather() takes one time for the run and saves the state with it.
         monkeypatch.setattr(G, "time", types.SimpleNamespace(time=lambda: now, monotonic=time.monotonic))
         snap = G.gather(Options(state_file=str(state), host_root=str(tmp_path)), {"nvml", "hardware"})
@@ -253,3 +255,95 @@ def test_per_link_series_carry_dcgm_exporters_gpu_labels_and_the_link():
     assert got[("hostcheck_gpu_nvlink_speed_bytes_per_second", "0", "0", None)][1] == 26562e6
     assert ("hostcheck_gpu_nvlink_speed_bytes_per_second", "3", "7", None) not in got  # a down link: no speed
     assert len([k for k in got if k[0] == "hostcheck_gpu_nvlink_up"]) == 8 * 18
+
+
+# ------------------------------------------------------- MIG, PCIe cards, bridged pairs, SKUs with estimates
+
+PCIE_SYSTEM = {"fabric": S.hgx_fabric(nvswitches=())}
+
+
+def test_mig_gpus_report_every_nvlink_down_and_are_not_judged():
+    """NVML reports the NVLinks of a MIG-enabled GPU as down (DCGM's workaround for NVIDIA bug 200682374:
+    dcgmlib/src/DcgmTopology.cpp UpdateNvLinkLinkStateFromNvml treats them as disabled, and
+    modules/health/DcgmHealthWatch.cpp MonitorNVLinkStatus skips them): the fake answers every link
+    NVML_FEATURE_DISABLED, as NVML does. Not a fault: nothing fails, and the report says why it was not judged."""
+    gpus = [S.h100_gpu(i, mig=(1, 1), nvlink_down=tuple(range(18))) for i in range(8)]
+    r, verdict = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=gpus)))
+    for i in ("nvlink.E001", "nvlink.E002", "nvlink.E003"):
+        assert r[i].status is Status.SKIP and "MIG mode is on" in r[i].message, r[i]
+    assert "baseboard" not in (r["nvlink.E001"].hint or "") and verdict.ready, r["nvlink.E001"]
+    # One GPU in MIG mode: the links of the others to it read down too; they are not judged either.
+    gpus = [S.h100_gpu(i, nvlink_down=(0, 1)) for i in range(8)]
+    gpus[0] = S.h100_gpu(0, mig=(1, 1), nvlink_down=tuple(range(18)))
+    e001 = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=gpus)))[0]["nvlink.E001"]
+    assert e001.status is Status.SKIP and any("MIG mode is on for GPU 0" in d for d in e001.details), e001
+    # Without MIG the same link down is a fault, and still fails.
+    assert judge(S.make_snapshot(nvml=nvml(nvlink_down=(0, 1))))[0]["nvlink.E001"].status is Status.FAIL
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A100 80GB PCIe", "NVIDIA H100 PCIe"])
+def test_a_pcie_card_without_a_bridge_lists_its_links_down_and_is_healthy(name):
+    """NVIDIA/NVSentinel#1481: an A100 80GB PCIe without an NVLink bridge (driver 570) answers the NVLink state
+    call with success and every one of its 12 links disabled (DCGM's health watch then failed it: NVIDIA/DCGM#49).
+    That is the card's healthy state: none expected, nothing fails; with a bridge the links are up and pass, and a
+    bridge with links down warns."""
+    bare = [S.h100_gpu(i, name=name, nvlinks=0, nvlink_count=12) for i in range(4)]
+    r, _ = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=bare), system=S.h100_system(**PCIE_SYSTEM)))
+    e001 = r["nvlink.E001"]
+    assert e001.status is Status.SKIP and "without an NVLink bridge: none expected" in e001.message, e001
+    assert not_ok({i: r[i] for i in IDS}) == set()
+    bridged = [S.h100_gpu(i, name=name, nvlinks=12, nvlink_count=12) for i in range(4)]
+    bridged[2] = S.h100_gpu(2, name=name, nvlinks=12, nvlink_count=12, nvlink_down=(8, 9, 10, 11))
+    e001 = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=bridged), system=S.h100_system(**PCIE_SYSTEM)))[0]
+    assert e001["nvlink.E001"].status is Status.WARN and "bridge seen" in e001["nvlink.E001"].message
+
+
+def test_an_h100_nvl_has_about_12_links_up_to_its_pair_an_estimate_that_only_warns():
+    """NVML lists 18 links on an H100 NVL (NVIDIA/DCGM#198: dcgmi nvlink --link-status on device 2321). NVIDIA's
+    H100 page gives its bridges 600 GB/s, 12 links at 50 GB/s, but no document states the count: 12 up passes,
+    fewer only warns, and a card with none up has no bridge fitted and is not judged."""
+
+    def run(up):
+        gpus = [S.h100_gpu(i, name="NVIDIA H100 NVL", nvlinks=up, nvlink_count=18) for i in range(2)]
+        snap = S.make_snapshot(nvml=S.FakeNvml(gpus=gpus), system=S.h100_system(**PCIE_SYSTEM))
+        return judge(snap)[0]["nvlink.E001"]
+
+    e001 = run(12)
+    assert e001.status is Status.PASS and "12 of 12 NVLinks up" in e001.details[0], e001
+    e001 = run(11)
+    assert e001.status is Status.WARN and "11 of 12 NVLinks up" in e001.message, e001
+    assert "12 is an estimate for h100-nvl: warns, never fails" in e001.message
+    e001 = run(0)
+    assert e001.status is Status.SKIP and "without its NVLink bridge" in e001.message, e001
+    assert "NVML lists 18 links, down" in e001.message
+
+
+def test_an_h200_has_its_18_links_judged_and_its_estimated_speed_only_warns():
+    """H200 SXM: 18 NVLink 4 links (NVIDIA's MLPerf Inference v4.1 system description of its H200-SXM-141GB node:
+    "18x 4th Gen NVLink, 900GB/s") - a link down fails as on H100. Its per-link speed has no public figure: H100's 26562 MB/s is an estimate, so a slower link warns and
+    says so."""
+    h200 = "NVIDIA H200"
+    down = judge(S.make_snapshot(nvml=nvml(name=h200, nvlink_down=(4,))))[0]["nvlink.E001"]
+    assert down.status is Status.FAIL and "17 of 18 NVLinks up" in down.message, down
+    slow = judge(
+        S.make_snapshot(
+            nvml=S.FakeNvml(gpus=[S.h100_gpu(i, name=h200, nvlink_speed=20000) for i in range(8)])
+        )
+    )
+    e002 = slow[0]["nvlink.E002"]
+    assert e002.status is Status.WARN and "an estimate for the SKU: warns, never fails" in e002.message, e002
+    healthy = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=[S.h100_gpu(i, name=h200) for i in range(8)])))[0]
+    assert {healthy[i].status for i in IDS} == {Status.PASS}
+
+
+def test_an_unknown_sku_is_compared_with_its_peers_only():
+    """'NVIDIA GH200 480GB' is no H200 and no SKU of the table: no line of its own. A GPU with fewer links up
+    than its peers warns; links down everywhere are not judged (nothing says how many it should have)."""
+    gh = "NVIDIA GH200 480GB"
+    few = [S.h100_gpu(i, name=gh) for i in range(4)]
+    few[1] = S.h100_gpu(1, name=gh, nvlink_down=(3,))
+    e001 = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=few)))[0]["nvlink.E001"]
+    assert e001.status is Status.WARN and "unknown SKU" in e001.message and "GPU 1" in e001.message, e001
+    none_up = [S.h100_gpu(i, name=gh, nvlinks=0) for i in range(4)]
+    e001 = judge(S.make_snapshot(nvml=S.FakeNvml(gpus=none_up), system=S.h100_system(**PCIE_SYSTEM)))[0]
+    assert e001["nvlink.E001"].status is Status.SKIP and "unknown SKU" in e001["nvlink.E001"].message

@@ -155,12 +155,14 @@ def test_peer_ratios_reach_json_and_prometheus_with_the_numbers():
 
 
 def test_a_node_at_40_percent_of_healthy_fails_the_sku_lines():
-    """Every GPU equally slow has no slower peer: the SKU lines catch it."""
-    run = node_run(bf16=780 * 0.4, copy=3000 * 0.4, h2d=54 * 0.4)
+    """Every GPU equally slow has no slower peer: the SKU lines catch it (the device copy's line is an estimate:
+    it warns, and says so)."""
+    run = node_run(bf16=794.5 * 0.4, copy=2540 * 0.4, h2d=54 * 0.4)
     f = by_id(judge_workload(run, LINKS))
     for cid in ("workload.E001", "workload.E005", "workload.E008"):
-        assert f[cid].status == "fail", f[cid]
+        assert f[cid].status == ("warn" if cid == "workload.E008" else "fail"), f[cid]
         assert not any("peers' median" in d for d in f[cid].details)
+    assert "only an estimate" in f["workload.E008"].message
 
 
 def test_config_file_sets_the_tolerances_and_refuses_nonsense(tmp_path):

@@ -1,5 +1,5 @@
 """GPU lines at sizes that reach the plateau: the all_reduce message follows the profile's time budget up to the
-size the per-SKU, per-GPU-count line is set at (Azure's 8 x H100 460 GB/s at 16 GiB); a node at 40% of healthy
+size the per-SKU, per-GPU-count line is set at (8 x H100: 333 GB/s at 16 GiB, 0.9 x NCCL's healthy 370 without NVLS); a node at 40% of healthy
 fails, a healthy one passes, a measurement below the line's size only warns, and no row is extrapolated."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import types
 
 import hostcheck_scenarios as S
 import pytest
-from workload_runs import WORKLOAD_CHECKS
+from workload_runs import WORKLOAD_CHECKS, rank_runs
 
 from hostcheck import command
 from hostcheck.checks.workload import grading
@@ -26,24 +26,6 @@ GIB, MIB = 1 << 30, 1 << 20
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def ddp_ranks(world: int, busbw: float, nbytes: int) -> tuple[ProbeRun, ...]:
-    runs = []
-    for r in range(world):
-        data = {
-            "rank": r,
-            "world": world,
-            "backend": "nccl",
-            "allreduce_ok": True,
-            "allreduce_value": [world] * 2,
-            "ddp_ok": True,
-            "busbw_gbs": busbw,
-            "algbw_gbs": busbw * world / (2 * (world - 1)),
-            "bw_bytes": nbytes,
-        }
-        runs.append(ProbeRun(name=f"ddp[{r}]", records=({"probe": "ddp_worker", "ok": True, "data": data},)))
-    return tuple(runs)
-
-
 def e013(busbw: float, nbytes: int, gpus: list | None = None):
     gpus = gpus if gpus is not None else [S.h100_gpu(i) for i in range(8)]
     nvml = gather_nvml(nvml=S.FakeNvml(gpus), proc_name=str)
@@ -53,7 +35,10 @@ def e013(busbw: float, nbytes: int, gpus: list | None = None):
         records=({"probe": "env", "event": "start"}, {"probe": "env", "ok": True, "data": env}),
     )
     run = WorkloadRun(
-        suite=suite, ddp_mode="nccl", ddp=ddp_ranks(len(gpus), busbw, nbytes), sections=("env", "ddp")
+        suite=suite,
+        ddp_mode="nccl",
+        ddp=rank_runs(len(gpus), busbw, bw_bytes=nbytes),
+        sections=("env", "ddp"),
     )
     results = run_checks(
         [c for c in WORKLOAD_CHECKS if c.id == "workload.E013"], Snapshot(workload=run, nvml=nvml)
@@ -65,13 +50,14 @@ def e013(busbw: float, nbytes: int, gpus: list | None = None):
 
 
 def test_the_all_reduce_lines_are_public_rows_per_sku_and_gpu_count():
+    # The low end of healthy: 0.9 x the 370 GB/s NCCL's maintainer gives 8 x H100 without NVLink SHARP.
     line = SKU.allreduce_line(H100, 8)
-    assert (line.busbw_gbs, line.bytes, line.basis) == (460.0, 16 * GIB, "public")
-    assert (
-        line.source == "https://github.com/Azure/azurehpc-health-checks/blob/main/conf/nd96isr_h100_v5.conf"
-    )
-    assert SKU.allreduce_line("NVIDIA H200", 8).busbw_gbs == 431.0
-    assert SKU.allreduce_line("NVIDIA A100-SXM4-80GB", 8).bytes == 4 * GIB
+    assert (line.busbw_gbs, line.bytes, line.basis) == (333.0, 16 * GIB, "public")
+    assert line.source == "https://github.com/NVIDIA/nccl-tests/issues/212"
+    h200 = SKU.allreduce_line("NVIDIA H200", 8)
+    assert (h200.busbw_gbs, h200.basis) == (333.0, "own")  # no public non-NVLS figure for H200: warns only
+    a100 = SKU.allreduce_line("NVIDIA A100-SXM4-80GB", 8)
+    assert (a100.busbw_gbs, a100.bytes) == (207.0, 8 * GIB)
     # Never extrapolated: 4 x H100, an H100 PCIe, an unknown GPU have no line.
     assert SKU.allreduce_line(H100, 4) is None
     assert SKU.allreduce_line("NVIDIA H100 PCIe", 8) is None
@@ -104,14 +90,17 @@ def test_a_node_at_40_percent_of_healthy_fails_at_the_lines_size():
     # 8 x H100 reaches about 480 GB/s busbw (nccl-tests#212); 40% of it is above Meta GCM's 180 floor.
     r = e013(0.4 * 480, 16 * GIB)
     assert r.status.value == "fail", r
-    assert "460" in r.expected and "16 GiB" in r.expected and "nd96isr_h100_v5" in r.expected
+    assert "333" in r.expected and "16 GiB" in r.expected and "nccl-tests/issues/212" in r.expected
 
 
 def test_a_healthy_8_x_h100_node_passes():
     r = e013(475.0, 16 * GIB)
     assert r.status.value == "pass", r
-    assert e013(462.0, 16 * GIB).status.value == "pass"  # no warn band over the line: 480 is healthy
-    assert e013(455.0, 16 * GIB).status.value == "fail"
+    # A healthy node without NVLink SHARP (a VM, no multicast Fabric Manager) reaches about 370 (nccl-tests#212):
+    # it passes, where Azure's NVLS line of 460 failed it.
+    assert e013(365.0, 16 * GIB).status.value == "pass"
+    assert e013(340.0, 16 * GIB).status.value == "pass"
+    assert e013(320.0, 16 * GIB).status.value == "fail"
 
 
 def test_below_the_lines_size_it_only_warns_and_says_why():
@@ -202,20 +191,21 @@ def test_the_check_command_hands_the_profiles_sizes_to_the_workload(monkeypatch,
         return dataclasses.replace(S.make_snapshot(), options=options)
 
     monkeypatch.setattr("hostcheck.gather.gather", fake)
-    command.main(["--json", "--only", "workload.E013", "--workload-section-args", '{"ddp": {"bw_iters": 5}}'])
+    argv = ["--json", "--profile", "full", "--only", "workload.E013"]
+    command.main([*argv, "--workload-section-args", '{"ddp": {"bw_iters": 5}}'])
     capsys.readouterr()
     assert seen["args"]["ddp"] == {"bw_budget_s": 4.0, "bw_max_bytes": 16 * GIB, "bw_iters": 5}
     assert seen["args"]["matmul"]["gpu_n"] == 8192
 
 
 def _gpu_line_run(n=8192, copy_bytes=1 * GIB, pinned_bytes=256 * MIB, factor=0.4):
-    mm = {"bf16": {"tflops": 780 * factor, "finite": True, "n": n}}
+    mm = {"bf16": {"tflops": 790 * factor, "finite": True, "n": n}}
     bw = {
         "index": 0,
         "name": H100,
         "h2d_pinned": {"gbs": 54 * factor, "bytes": pinned_bytes},
         "d2h_pinned": {"gbs": 54 * factor, "bytes": pinned_bytes},
-        "device_copy": {"gbs": 3000 * factor, "bytes": copy_bytes},
+        "device_copy": {"gbs": 2540 * factor, "bytes": copy_bytes},
     }
     env = {"cuda_available": True, "gpus": [{"index": 0, "name": H100}]}
     recs = []
@@ -234,8 +224,10 @@ def _gpu_line_run(n=8192, copy_bytes=1 * GIB, pinned_bytes=256 * MIB, factor=0.4
 
 def test_a_gpu_at_40_percent_fails_matmul_copies_and_memory_bandwidth_at_plateau_sizes():
     f = _gpu_line_run()
-    for cid in ("workload.E001", "workload.E005", "workload.E006", "workload.E008"):
+    for cid in ("workload.E001", "workload.E005", "workload.E006"):
         assert f[cid].status.value == "fail", f[cid]
+    # The device copy's line is an estimate (no public achievable figure): far below it warns and says so.
+    assert f["workload.E008"].status.value == "warn" and "only an estimate" in f["workload.E008"].message
     healthy = _gpu_line_run(factor=1.0)
     for cid in ("workload.E001", "workload.E005", "workload.E006", "workload.E008"):
         assert healthy[cid].status.value == "pass", healthy[cid]
@@ -243,7 +235,7 @@ def test_a_gpu_at_40_percent_fails_matmul_copies_and_memory_bandwidth_at_plateau
 
 def test_below_the_plateau_size_a_slow_figure_only_warns_and_says_why():
     f = _gpu_line_run(n=512, copy_bytes=8 * MIB, pinned_bytes=1 * MIB)
-    for cid in ("workload.E001", "workload.E005", "workload.E008"):
+    for cid in ("workload.E001", "workload.E005"):
         assert f[cid].status.value == "warn", f[cid]
         assert any("a warning only" in d for d in f[cid].details), f[cid].details
     assert "n = 512 is below the 4096" in f["workload.E001"].details[0]

@@ -20,7 +20,7 @@ from hostcheck.checks import all_checks
 from hostcheck.core import evaluate
 from hostcheck.gather.base import BUSY, Unavailable
 from hostcheck.gather.busy import busy_reason, slurm_jobs
-from hostcheck.profiles import PROFILES
+from hostcheck.profiles import DCGM_LEVEL_RUN_TIME, PROFILES
 
 
 def ids(profile: str, capsys) -> list[dict]:
@@ -105,7 +105,33 @@ def test_burnin_adds_its_stress_run_unless_the_command_line_sets_one():
     assert settled("--profile", "burnin").burn == 600
     assert settled("--profile", "burnin", "--burn", "30").burn == 30
     assert settled("--profile", "burnin", "--burn", "0").burn == 0
-    assert settled().burn == 0 and settled().profile == "full"
+    assert settled().burn == 0 and settled().profile == "standard"
+
+
+def test_the_default_is_bounded_and_the_long_diagnostics_are_asked_for_by_name(capsys):
+    """``hostcheck`` alone runs the standard profile: no GPU job, DCGM level 1 at most (its documented "seconds"),
+    a minute at most; the GPU workload and DCGM level 2 run only in a profile named on the command line."""
+    default = build_request(command.parse([]).args, all_checks())
+    p = default.profile
+    assert p.name == "standard" and p.deadline_s <= 60 and p.gpu_line_s == 0 and p.burn_s == 0
+    assert "workload" not in p.needs and p.dcgm_level == 1 and DCGM_LEVEL_RUN_TIME[p.dcgm_level] == "seconds"
+    assert not any(c.workload for c in default.checks)
+    assert default.options.deadline - time.monotonic() <= 60
+    # Everything the default judges, the full profile judges too, and more.
+    full = build_request(command.parse(["--profile", "full"]).args, all_checks())
+    assert {c.id for c in default.checks} < {c.id for c in full.checks}
+    assert full.profile.dcgm_level == 2 and "workload" in full.profile.needs
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--burn", "20"], ["--nnodes", "2", "--rdzv-endpoint", "n1:29400"], ["--workload-sections", "env"]],
+)
+def test_a_workload_option_without_a_profile_that_runs_it_is_a_usage_error(argv, capsys):
+    for profile in ([], ["--profile", "passive"], ["--profile", "standard"]):
+        assert command.main([*profile, *argv]) == 2
+        err = capsys.readouterr().err
+        assert "sets up the GPU workload" in err and "add --profile full" in err, err
 
 
 # ---------------------------------------------------------------------------------------------- busy node

@@ -74,7 +74,12 @@ def test_the_groups_baseline_renders_as_the_section_hostcheck_baseline_writes():
     pasted = yaml.safe_load(json.dumps(body))
     cfg = parse(tomllib.loads(render(gpunode_health_baseline=pasted)), "hostcheck.toml")
     assert cfg.baseline == parse(tomllib.loads(emit(body))).baseline
-    assert cfg.baseline.rdma == (("mlx5_0:1", 400.0), ("mlx5_1:1", 400.0)) and len(cfg.baseline.gpus) == 8
+    assert cfg.baseline.rdma == (("mlx5_0:1", 400.0, "", "", ""), ("mlx5_1:1", 400.0, "", "", ""))
+    assert len(cfg.baseline.gpus) == 8
+    # A baseline pasted before the RDMA ports' link layer, GPU and distance were recorded renders and reads.
+    old = dict(pasted, rdma=[{"name": "mlx5_0:1", "rate_gbps": 400}])
+    cfg = parse(tomllib.loads(render(gpunode_health_baseline=old)), "hostcheck.toml")
+    assert cfg.baseline.rdma == (("mlx5_0:1", 400.0, "", "", ""),)
 
 
 def test_the_example_inventorys_baseline_is_the_fixture_node_and_renders():
@@ -132,3 +137,16 @@ def test_the_roles_threshold_names_are_the_rows_of_the_thresholds_files():
     role = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert role["__gpunode_health_threshold_keys"] == list(thresholds.ROWS)
     assert role["__gpunode_health_threshold_ints"] == [n for n, r in thresholds.ROWS.items() if r.kind is int]
+
+
+def test_the_roles_profiles_are_hostchecks_and_each_has_time_beyond_its_deadline():
+    """gpunode_health takes a profile by name (the timer's runs and the configuration's default): its choices are
+    hostcheck's profiles, and systemd's limit for each (TimeoutStartSec) lies beyond the profile's own deadline,
+    so that hostcheck always stops itself first."""
+    from hostcheck.profiles import PROFILES
+
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
+    assert spec["options"]["gpunode_health_profile"]["choices"] == list(PROFILES)
+    limits = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__gpunode_health_profile_timeout"]
+    assert set(limits) == set(PROFILES)
+    assert all(limits[n] > p.deadline_s for n, p in PROFILES.items()), limits

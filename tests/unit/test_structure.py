@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -275,10 +278,10 @@ def test_the_report_schema_lists_the_names_the_code_defines():
 #:   called ``render`` is a subcommand's renderers and nothing else.
 #: hostcheck/command.py only dispatches: of the subcommands it imports their ``cli`` modules and nothing else, and
 #: beside them only what every command shares (the version, the child-process registry it empties on a signal, the
-#: exit codes).
+#: exit codes, the file writer whose unfinished temporary files it removes).
 CLI_NAMES = ("SUMMARY", "DESCRIPTION", "EPILOG")
 CLI_FUNCTIONS = {"add_arguments": 1, "run": 1}
-COMMAND_SHARES = {"hostcheck", "hostcheck.child.launch", "hostcheck.exitcodes"}
+COMMAND_SHARES = {"hostcheck", "hostcheck.child.launch", "hostcheck.exitcodes", "hostcheck.outfile"}
 
 
 def _top_level(path: Path) -> tuple[set[str], dict[str, int]]:
@@ -361,9 +364,9 @@ def class_name_homes(mods: dict[str, Path]) -> dict[str, list[str]]:
 
 
 def test_every_subcommand_is_a_package_of_one_shape():
-    from hostcheck.command import SUBCOMMANDS
+    from hostcheck.command import SUBCOMMANDS, load
 
-    assert {name: m.__name__ for name, m in SUBCOMMANDS.items()} == {
+    assert {name: load(name).__name__ for name in SUBCOMMANDS} == {
         n: f"hostcheck.{n}.cli" for n in SUBCOMMANDS
     }
     assert [e for name in SUBCOMMANDS for e in subcommand_shape_errors(PKG, name)] == []
@@ -487,7 +490,13 @@ NOT_THRESHOLDS = {
     ): "the PCIe specifications' transfer rates",
     ("hostcheck.checks.workload.grading", "busbw_status", 2): "a collective needs two GPUs: a count",
     ("hostcheck.checks.workload.grading", "loss_numerics", 2): "a trend needs two losses: a count",
-    ("hostcheck.checks.fabric", "_gpu_names", 8): "a PCI domain is at most 8 hex digits: a format",
+    ("hostcheck.checks.fabric_plan", "gpu_names", 8): "a PCI domain is at most 8 hex digits: a format",
+    (
+        "hostcheck.checks.fabric_plan",
+        "LISTED",
+        None,
+    ): "ports named one by one in a message, the rest counted: a layout",
+    ("hostcheck.checks.fabric_nccl", "_short", 60): "a long value cut for a message: a layout",
     (
         "hostcheck.checks.nvlink",
         "NAMED",
@@ -722,3 +731,74 @@ def test_a_planted_raw_record_read_is_caught():
         "    return run.burn_result, run.matmul.rows, section\n"
     )
     assert raw_record_reads(clean) == []
+
+
+#: The subcommands besides check: ``hostcheck --profile passive``, Slurm's HealthCheckProgram every few minutes on
+#: every node, loads none of them (hostcheck/command.py imports only the command a line names).
+OTHER_SUBCOMMANDS = ("bench", "fleet", "job", "baseline")
+
+
+def reachable(g: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (lazy imports count)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += g.get(m, ())
+    return seen
+
+
+def of_subcommands(
+    names: set[str] | list[str], subcommands: tuple[str, ...] = OTHER_SUBCOMMANDS
+) -> list[str]:
+    """The modules among ``names`` that belong to one of ``subcommands``' packages."""
+    return sorted(n for n in names if n.split(".")[:2] in [["hostcheck", s] for s in subcommands])
+
+
+def importtime_modules(stderr: str) -> list[str]:
+    """The modules ``python -X importtime`` says it imported (``import time: self | cumulative | name``)."""
+    rows = [
+        ln[len("import time:") :].split("|") for ln in stderr.splitlines() if ln.startswith("import time:")
+    ]
+    return [r[2].strip() for r in rows if len(r) == 3 and r[0].strip().isdigit()]
+
+
+def test_check_reaches_no_other_subcommand_even_through_a_lazy_import():
+    assert of_subcommands(reachable(graph(), "hostcheck.check.cli")) == []
+    assert of_subcommands(reachable(graph(), "hostcheck.command")) == []
+
+
+def test_a_passive_run_imports_no_other_subcommand(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hostcheck", "--profile", "passive", "--summary"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(PKG.parent)},
+        timeout=120,
+    )
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    imported = importtime_modules(p.stderr)
+    assert (
+        "hostcheck.check.cli" in imported and "hostcheck.gather.nvml" in imported
+    )  # the walker reads the list
+    assert of_subcommands(imported) == []
+
+
+def test_an_imported_subcommand_is_caught():
+    stderr = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       120 |        120 |   hostcheck.check.cli\n"
+        "import time:      2873 |      10345 |       hostcheck.job.observe\n"
+        "import time:        40 |         40 |     hostcheck.checks.baseline\n"
+    )
+    assert importtime_modules(stderr) == [
+        "hostcheck.check.cli",
+        "hostcheck.job.observe",
+        "hostcheck.checks.baseline",
+    ]
+    assert of_subcommands(importtime_modules(stderr)) == ["hostcheck.job.observe"]
+    g = {"hostcheck.check.cli": {"hostcheck.core"}, "hostcheck.core": {"hostcheck.bench.plan"}}
+    assert of_subcommands(reachable(g, "hostcheck.check.cli")) == ["hostcheck.bench.plan"]

@@ -47,6 +47,23 @@ def _peers(by_gpu: dict, details: list[str], lines: dict, unit: str, config: Any
     return [Status.FAIL] * len(slow)
 
 
+def _basis(fig: Any) -> str:
+    """A figure's basis as the report says it: an estimate says it warns only."""
+    return "an estimate: warns, never fails" if fig.basis == S.ESTIMATE else fig.basis
+
+
+def _soft(fig: Any, frac: float | None, th: Any) -> bool:
+    """True where a figure below the fail line only warned because its line is an estimate."""
+    return fig.basis == S.ESTIMATE and frac is not None and frac < th.achievable_fail_fraction
+
+
+def _no_line(name: Any, what: str) -> str:
+    """Why a GPU has no line: an unknown SKU (compared with its peers only), or a dtype its SKU has no figure for."""
+    if S.lookup(name) is None:
+        return f"unknown SKU {name!r}: no line of its own, compared with the node's other GPUs only"
+    return f"no {what} figure for this SKU: compared with the node's other GPUs only"
+
+
 def _precision_env(run: WorkloadRun) -> str:
     """Variables that force TF32 off (NVIDIA_TF32_OVERRIDE=0) or on for fp32, as the env probe saw them."""
     found = run.env.precision_env
@@ -66,6 +83,7 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
     errors = []
     by_gpu: dict = {}
     lines: dict = {}
+    softened = False
     for row in rows:
         m = row.figure(dt)
         name = row.name
@@ -91,12 +109,14 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         st, note = grading.on_plateau(st, "matmul_n", m.size, th)
         statuses.append(st)
         if fig:
-            expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} achievable, {fig.basis})"
+            expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} achievable, {_basis(fig)})"
+            softened |= _soft(fig, frac, th)
             details.append(
-                f"GPU {row.index} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({fig.source})" + note
+                f"GPU {row.index} {name}: {v:.1f} TFLOP/s = {frac:.0%} of {fig.value:g} ({_basis(fig)}: "
+                f"{fig.source})" + note
             )
         else:
-            details.append(f"GPU {row.index} {name}: {v:.1f} TFLOP/s (no reference for this SKU/dtype)")
+            details.append(f"GPU {row.index} {name}: {v:.1f} TFLOP/s ({_no_line(name, dt)})")
     slow = _peers(by_gpu, details, lines, "TFLOP/s", config)
     statuses += slow
     status = verdict_or_skip(statuses)
@@ -105,7 +125,8 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         return _f(Status.ERROR, "; ".join(errors)[:500], details=tuple(details))
     if status == Status.SKIP:
         msg = (
-            f"{dt} matmul {worst_v:.1f} TFLOP/s measured; unknown SKU or dtype, no verdict"
+            f"{dt} matmul {worst_v:.1f} TFLOP/s measured; no line for this SKU or dtype, no verdict "
+            "beyond the comparison with the node's other GPUs"
             if worst_v
             else f"{dt} matmul not measured"
         )
@@ -113,6 +134,8 @@ def _matmul(run: WorkloadRun, on_gpu: bool, dt: str, config: Any) -> Outcome:
         msg = f"{dt} matmul {worst_v:.1f} TFLOP/s on the slowest GPU ({len(values)} measured)"
     if slow:
         msg += f"; {len(slow)} GPU(s) more than {_tolerance(config):.0%} below their peers' median"
+    if softened:
+        msg += f"; far below its SKU's {dt} figure, which is only an estimate: a warning, not a fail"
     hint = _HINT_MATMUL if status in (Status.WARN, Status.FAIL) else None
     forced = _precision_env(run)
     if hint and forced and dt in ("tf32", "fp32"):
@@ -306,6 +329,7 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
     statuses, details, values, expected = [], [], [], None
     by_gpu: dict = {}
     lines: dict = {}
+    softened = False
     for row in rows:
         m = row.figure("device_copy")
         if m.error is not None:
@@ -326,10 +350,13 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
         st, note = grading.on_plateau(st, "device_copy_bytes", m.size, th)
         statuses.append(st)
         if fig:
-            expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} GB/s, {fig.basis})"
-            details.append(f"GPU {row.index} {row.name}: {v:.0f} GB/s = {frac:.0%} ({fig.source})" + note)
+            expected = f">= {th.achievable_pass_fraction * fig.value:.0f} ({th.achievable_pass_fraction:.0%} of {fig.value:g} GB/s, {_basis(fig)})"
+            softened |= _soft(fig, frac, th)
+            details.append(
+                f"GPU {row.index} {row.name}: {v:.0f} GB/s = {frac:.0%} ({_basis(fig)}: {fig.source})" + note
+            )
         else:
-            details.append(f"GPU {row.index} {row.name}: {v:.0f} GB/s (unknown SKU)")
+            details.append(f"GPU {row.index} {row.name}: {v:.0f} GB/s ({_no_line(row.name, 'copy')})")
     slow = _peers(by_gpu, details, lines, "GB/s", config)
     statuses += slow
     status = verdict_or_skip(statuses)
@@ -337,6 +364,8 @@ def device_copy(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outc
     msg = f"device copy {worst_v:.0f} GB/s (read + write) on the slowest GPU" if worst_v else "not measured"
     if slow:
         msg += f"; {len(slow)} GPU(s) more than {_tolerance(config):.0%} below their peers' median"
+    if softened:
+        msg += "; far below its SKU's copy figure, which is only an estimate: a warning, not a fail"
     return _f(
         status,
         msg,

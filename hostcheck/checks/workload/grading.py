@@ -120,13 +120,16 @@ def busbw_floor(nvlink: bool | None, th: Any = DEFAULT) -> float | None:
     return th.busbw_floor_nvlink_gbs if nvlink else th.busbw_floor_pcie_gbs
 
 
-def busbw_status(value: float | None, n: int, nvlink: bool | None, th: Any = DEFAULT) -> Status | None:
-    """Verdict on an all_reduce busbw (GB/s) within one node; None when there is nothing to judge."""
+def busbw_status(
+    value: float | None, n: int, nvlink: bool | None, th: Any = DEFAULT, floor_can_fail: bool = True
+) -> Status | None:
+    """Verdict on an all_reduce busbw (GB/s) within one node; None when there is nothing to judge. A floor the
+    GPUs' interconnect is not known to reach (an unknown SKU, or one whose datasheet is below it) only warns."""
     floor = busbw_floor(nvlink, th)
     if value is None or n < 2 or floor is None:
         return None
     if value < floor:
-        return Status.FAIL
+        return Status.FAIL if floor_can_fail else Status.WARN
     if value < floor * th.busbw_warn_band:
         return Status.WARN
     return Status.PASS
@@ -140,6 +143,7 @@ def allreduce_status(
     line_bytes: int = 0,
     line_can_fail: bool = False,
     th: Any = DEFAULT,
+    floor_can_fail: bool = True,
 ) -> Status | None:
     """Verdict on an all_reduce busbw (GB/s) against the interconnect's floor and, where the data has one, the
     SKU's line for this GPU count. Below the line fails only for a message at least as large as the line's
@@ -148,7 +152,7 @@ def allreduce_status(
     if value is None or (floor is None and line_gbs is None):
         return None
     if floor is not None and value < floor:
-        return Status.FAIL
+        return Status.FAIL if floor_can_fail else Status.WARN
     if line_gbs is not None:
         if value < line_gbs:
             return (

@@ -16,7 +16,7 @@ from hostcheck.checks.workload import peers as P
 from hostcheck.checks.workload import sku as S
 from hostcheck.checks.workload.common import _f, gpu_for, link_int, num, workload_check
 from hostcheck.gather.workload import WorkloadRun
-from hostcheck.registry import Outcome, Status, worst
+from hostcheck.registry import Outcome, Status, plural, worst
 
 _HINT_P2P = (
     "look at the pair's path: nvidia-smi topo -m (NV# for NVLink, PIX/PXB/PHB/SYS for PCIe), nvidia-smi nvlink "
@@ -178,8 +178,8 @@ def gdr_write(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcom
     if g.skipped:
         return _f(Status.SKIP, f"not run: {g.skipped}")
     t = getattr(config, "thresholds", None)
-    ndr = float(getattr(t, "gdr_write_ndr_gbps", 380.0))
-    frac = float(getattr(t, "gdr_write_line_fraction", 0.95))
+    ndr = float(getattr(t, "gdr_write_ndr_gbps", 360.0))
+    frac = float(getattr(t, "gdr_write_line_fraction", 0.9))
     statuses, details, rates = [], [], []
     for row in g.rows:
         where = f"{row.get('device')}:{row.get('port')} with GPU {row.get('gpu')} (NUMA node {row.get('numa_node')})"
@@ -203,7 +203,12 @@ def gdr_write(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any) -> Outcom
     if not statuses:
         return _f(Status.ERROR, "GPUDirect write: no NIC gave a result")
     st = worst(statuses)
-    msg = f"{len(g.rows)} NICs wrote into GPU memory" + (f"; slowest {min(rates):.1f} Gb/s" if rates else "")
+    missed = len(g.rows) - len(rates)
+    if not rates:
+        msg = f"no NIC wrote into GPU memory ({plural(missed, 'NIC')} not measured)"
+    else:
+        msg = f"{plural(len(rates), 'NIC')} wrote into GPU memory; slowest {min(rates):.1f} Gb/s"
+        msg += f" ({missed} not measured)" if missed else ""
     return _f(
         st,
         msg,

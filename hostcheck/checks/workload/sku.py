@@ -5,12 +5,14 @@ CUDA events, after a warm-up; a device-to-device copy counted as read + write), 
 The table lives in ``hostcheck/data/gpu_skus.json``: one row per SKU, in order (first match wins), each figure
 with its source. Each figure says where it comes from:
 
-- ``measured``: measured by this project on a real node (docs/workload.md).
-- ``published``: a published measurement of the best achievable figure (ml-engineering, Stas Bekman).
-- ``estimate``: datasheet dense peak x the efficiency measured on the reference H100 SXM node for that
-  dtype (the data file's ``reference``). Estimates can warn but never fail (see judge.judge_fraction); replace
-  one with a measurement when a node of that SKU is at hand (``benchmarks/matmul_h2d_long_vs_short.py``
-  prints the figures).
+- ``measured``: measured by this project, and only with ``proof``: the JSON a recorded run of scripts/gpu-proof
+  wrote, committed under docs/ (the loader refuses a measured figure without one; the tests check the file names
+  the run's date, GPU, driver and torch and holds the figure).
+- ``published``: a public measurement of the best achievable figure, its link in ``source`` (ml-engineering,
+  Stas Bekman).
+- ``estimate``: datasheet dense peak x the reference efficiency for that dtype (the data file's ``reference``:
+  ml-engineering's published H100 SXM bf16 figure, the other dtypes like it, NVIDIA's H100 memory figure for the
+  copy). Estimates can warn but never fail (see grading.judge_fraction).
 - ``site``: the site's own figure, from ``[[gpu_models]]`` in the configuration file. It comes first:
   the first entry whose ``match`` hits the device name gives the figures it names, the built-in table the
   rest. A site figure judges like a measured one (it can fail): the site vouches for it.
@@ -35,7 +37,21 @@ PUBLISHED = "published"
 ESTIMATE = "estimate"
 SITE = "site"
 _BASES = (MEASURED, PUBLISHED, ESTIMATE)
-_ROW_KEYS = {"match", "match_why", "key", "name", "matmul_peaks", "matmul", "copy_peak", "copy", "note"}
+_ROW_KEYS = {
+    "match",
+    "match_why",
+    "key",
+    "name",
+    "matmul_peaks",
+    "matmul",
+    "copy_peak",
+    "copy",
+    "nvlink_peak",
+    "note",
+}
+#: Where a measured figure's proof lies: a JSON file of a recorded scripts/gpu-proof run, in the run's folder
+#: docs/gpu-proof/<date>-<gpu>/ (beside its machine.json: the date, GPUs, driver and torch of the run).
+PROOF = re.compile(r"docs/gpu-proof/[0-9]{4}-[0-9]{2}-[0-9]{2}-[a-z0-9-]+/[A-Za-z0-9][A-Za-z0-9._-]*\.json")
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,12 @@ class Sku:
     matmul: dict = field(default_factory=dict)
     #: device copy bandwidth, GB/s (read + write), or None.
     copy_gbs: Figure | None = None
+    #: The datasheet's peaks no line may exceed: dense TFLOP/s per dtype, memory GB/s, NVLink GB/s per direction
+    #: (0: no NVLink; None: not given), and the page each comes from.
+    peak_matmul: dict = field(default_factory=dict)
+    peak_copy_gbs: float | None = None
+    peak_nvlink_gbs: float | None = None
+    peak_urls: tuple[str, ...] = ()
 
 
 def _est(peak: float, dtype: str, src: str, eff: dict[str, float]) -> Figure:
@@ -79,40 +101,81 @@ def _need(ok: bool, where: str, what: str) -> None:
         raise ValueError(f"{where}: {what}")
 
 
-def _named(fig: Any, where: str) -> Figure:
-    """A figure the data file names: value, basis and source."""
-    _need(isinstance(fig, dict), where, "a figure is an object with value, basis and source")
-    _need(_positive(fig.get("value")), where, "value must be a positive number")
+def _basis(fig: dict, where: str) -> None:
+    """A figure's basis and where it comes from: measured only with the proof of a recorded gpu-proof run, published
+    only with the public link."""
     _need(fig.get("basis") in _BASES, where, f"basis must be one of {', '.join(_BASES)}")
     _need(_text(fig.get("source")), where, "source must say where the figure comes from")
+    if fig["basis"] == MEASURED:
+        _need(
+            isinstance(fig.get("proof"), str) and PROOF.fullmatch(fig["proof"]) is not None,
+            where,
+            "a measured figure needs proof: a JSON file in docs/gpu-proof/<date>-<gpu>/, the folder scripts/gpu-proof --record wrote",
+        )
+    if fig["basis"] == PUBLISHED:
+        _need(
+            "https://" in fig["source"],
+            where,
+            "a published figure's source names its public link (https://...)",
+        )
+
+
+def _named(fig: Any, where: str) -> Figure:
+    """A figure the data file names: value, basis and source (and proof, for a measured one)."""
+    _need(isinstance(fig, dict), where, "a figure is an object with value, basis and source")
+    unknown = sorted(set(fig) - {"value", "basis", "source", "proof"})
+    _need(not unknown, where, f"unknown keys {unknown}")
+    _need(_positive(fig.get("value")), where, "value must be a positive number")
+    _basis(fig, where)
     return Figure(float(fig["value"]), fig["basis"], fig["source"])
 
 
+def _likes(ref: dict) -> dict[str, str]:
+    """dtype -> the dtype whose efficiency it takes (the reference's 'like'), for the dtypes that have none."""
+    rows = ref.get("matmul") or {}
+    return {dt: rows[dt]["like"] for dt in DTYPES if isinstance(rows.get(dt), dict) and "like" in rows[dt]}
+
+
 def _efficiency(ref: Any) -> tuple[dict[str, float], float]:
-    """Measured / datasheet dense peak on the reference node, per dtype and for the device copy."""
+    """Achievable / datasheet dense peak of the reference SKU, per dtype and for the device copy. A dtype with no
+    achievable figure of its own is 'like' another (its efficiency, an estimate)."""
     _need(isinstance(ref, dict), "reference", "an object")
-    for key in ("node", "source"):
+    for key in ("node", "about"):
         _need(_text(ref.get(key)), "reference", f"{key} must be a non-empty string")
-    eff = {}
+    eff: dict[str, float] = {}
+    rows = ref.get("matmul") or {}
     for dt in DTYPES:
-        r = (ref.get("matmul") or {}).get(dt) or {}
-        _need(
-            _positive(r.get("measured")) and _positive(r.get("peak")),
-            f"reference.matmul.{dt}",
-            "positive measured and peak",
-        )
-        eff[dt] = r["measured"] / r["peak"]
+        r = rows.get(dt) or {}
+        where = f"reference.matmul.{dt}"
+        _need(_positive(r.get("peak")) and _text(r.get("why")), where, "a positive peak and why")
+        if "like" in r:
+            _need(
+                r["like"] in DTYPES and "achievable" in rows.get(r["like"], {}),
+                where,
+                "like: a dtype with a figure",
+            )
+            continue
+        _need(_positive(r.get("achievable")), where, "a positive achievable figure, or like: another dtype")
+        _basis(r, where)
+        eff[dt] = r["achievable"] / r["peak"]
+    for dt in DTYPES:
+        if dt not in eff:
+            eff[dt] = eff[rows[dt]["like"]]
     c = ref.get("copy") or {}
     _need(
-        _positive(c.get("measured_tbs")) and _positive(c.get("peak_tbs")),
+        _positive(c.get("achievable_tbs")) and _positive(c.get("peak_tbs")) and _text(c.get("why")),
         "reference.copy",
-        "positive measured_tbs and peak_tbs",
+        "positive achievable_tbs and peak_tbs, and why",
     )
-    return eff, c["measured_tbs"] / c["peak_tbs"]
+    _basis(c, "reference.copy")
+    return eff, c["achievable_tbs"] / c["peak_tbs"]
 
 
-def _sku(row: Any, where: str, eff: dict[str, float], eff_copy: float) -> tuple[str, Sku]:
-    """One row: named figures win over the estimates derived from the datasheet peaks."""
+def _sku(
+    row: Any, where: str, eff: dict[str, float], eff_copy: float, likes: dict[str, str] | None = None
+) -> tuple[str, Sku]:
+    """One row: named figures win over the estimates derived from the datasheet peaks. A dtype 'like' another
+    (the reference's) takes this row's efficiency of that dtype where the row names a figure for it."""
     _need(isinstance(row, dict), where, "a row is an object")
     unknown = sorted(set(row) - _ROW_KEYS)
     _need(not unknown, where, f"unknown keys {unknown}")
@@ -125,10 +188,20 @@ def _sku(row: Any, where: str, eff: dict[str, float], eff_copy: float) -> tuple[
         raise ValueError(f"{where}: match is not a regular expression: {e}") from None
     matmul: dict[str, Figure] = {}
     peaks = row.get("matmul_peaks") or {}
-    if peaks:
-        _need(_text(peaks.get("source")), f"{where}: matmul_peaks", "source must name the datasheet")
+    urls = []
+    for block in ("matmul_peaks", "copy_peak", "nvlink_peak"):
+        b = row.get(block)
+        if b is not None:
+            _need(
+                isinstance(b, dict)
+                and _text(b.get("source"))
+                and str(b.get("url", "")).startswith("https://"),
+                f"{where}: {block}",
+                "source must name the datasheet and url its public page (https://...)",
+            )
+            urls.append(b["url"])
     for dt, peak in peaks.items():
-        if dt != "source":
+        if dt not in ("source", "url"):
             _need(
                 dt in DTYPES and _positive(peak),
                 f"{where}: matmul_peaks.{dt}",
@@ -138,6 +211,11 @@ def _sku(row: Any, where: str, eff: dict[str, float], eff_copy: float) -> tuple[
     for dt, fig in (row.get("matmul") or {}).items():
         _need(dt in DTYPES, f"{where}: matmul.{dt}", f"not one of {', '.join(DTYPES)}")
         matmul[dt] = _named(fig, f"{where}: matmul.{dt}")
+    for dt, like in (likes or {}).items():
+        named = (row.get("matmul") or {}).get(like)
+        if dt in peaks and dt not in (row.get("matmul") or {}) and named and _positive(peaks.get(like)):
+            own = {**eff, dt: named["value"] / peaks[like]}
+            matmul[dt] = _est(peaks[dt], dt, f"{peaks['source']} (as this SKU's {like})", own)
     _need(bool(matmul), where, "no matmul figure")
     copy = None
     if row.get("copy") is not None:
@@ -150,7 +228,25 @@ def _sku(row: Any, where: str, eff: dict[str, float], eff_copy: float) -> tuple[
             "a positive tbs and its source",
         )
         copy = _est_copy(peak["tbs"], peak["source"], eff_copy)
-    return row["match"], Sku(row["key"], row["name"], matmul, copy)
+    nv = row.get("nvlink_peak")
+    if nv is not None:
+        g = nv.get("gbs_per_direction")
+        _need(
+            isinstance(g, (int, float)) and not isinstance(g, bool) and g >= 0,
+            f"{where}: nvlink_peak",
+            "gbs_per_direction: GB/s one way, 0 without NVLink",
+        )
+    cp = row.get("copy_peak")
+    return row["match"], Sku(
+        row["key"],
+        row["name"],
+        matmul,
+        copy,
+        peak_matmul={dt: float(v) for dt, v in peaks.items() if dt in DTYPES},
+        peak_copy_gbs=float(cp["tbs"]) * 1000 if cp else None,
+        peak_nvlink_gbs=float(nv["gbs_per_direction"]) if nv is not None else None,
+        peak_urls=tuple(urls),
+    )
 
 
 def _load(path: Path) -> tuple[dict[str, float], float, tuple[tuple[str, Sku], ...]]:
@@ -161,9 +257,10 @@ def _load(path: Path) -> tuple[dict[str, float], float, tuple[tuple[str, Sku], .
         for key in ("about", "source"):
             _need(_text(data.get(key)), "top level", f"{key} must be a non-empty string")
         eff, eff_copy = _efficiency(data.get("reference"))
+        likes = _likes(data["reference"])
         rows = data.get("skus")
         _need(isinstance(rows, list) and bool(rows), "skus", "a non-empty list of rows")
-        skus = tuple(_sku(row, f"skus[{i}]", eff, eff_copy) for i, row in enumerate(rows))
+        skus = tuple(_sku(row, f"skus[{i}]", eff, eff_copy, likes) for i, row in enumerate(rows))
         keys = [s.key for _, s in skus]
         _need(len(keys) == len(set(keys)), "skus", "duplicate keys")
     except (AttributeError, TypeError, ValueError) as e:
@@ -171,9 +268,10 @@ def _load(path: Path) -> tuple[dict[str, float], float, tuple[tuple[str, Sku], .
     return eff, eff_copy, skus
 
 
-#: EFF, EFF_COPY: efficiency of the reference H100 SXM per dtype (measured / datasheet dense peak) and of its
-#: device copy. SKUS: (pattern, Sku) in the data file's order; the first pattern that matches the device name
-#: (case-insensitively, NVML's / torch's name) wins, so specific rows come before general ones.
+#: EFF, EFF_COPY: the reference SKU's efficiency per dtype (its published or 'like' achievable figure / datasheet
+#: dense peak) and of its device copy. SKUS: (pattern, Sku) in the data file's order; the first pattern that
+#: matches the device name (case-insensitively, NVML's / torch's name, anchored at its start) wins, so specific
+#: rows come before general ones; a name none matches is an unknown SKU.
 EFF, EFF_COPY, SKUS = _load(DATA_PATH)
 
 
@@ -250,18 +348,32 @@ def allreduce_line(name: str | None, gpus: int) -> AllReduceLine | None:
     return ALLREDUCE.get((sku.key, gpus)) if sku is not None else None
 
 
+#: How a SKU's NVLinks are wired: on the board (all up), a card bridged to its pair ('links' up of more NVML
+#: lists), or a PCIe card (none expected; links up only through an optional bridge).
+FORMS = ("sxm", "nvl", "pcie")
+
+
 @dataclass(frozen=True)
 class NvLinkLine:
-    """nvlink.E001/E002's line for one SKU: NVLinks per GPU and each link's speed (MB/s, NVML's figure)."""
+    """nvlink.E001/E002's line for one SKU: how its NVLinks are wired, how many must be up, each link's speed
+    (MB/s, NVML's figure; None where no source gives it), and whether the count or the speed is only an estimate."""
 
     sku: str
+    form: str
     links: int
-    link_mbps: int
+    link_mbps: int | None
+    link_mbps_estimate: bool
     source: str
+    links_estimate: bool = False
+
+
+def _count(v: Any, least: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
 
 
 def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
-    """The data file's NVLink lines by SKU key; ValueError naming the row. Only public lines: they can fail."""
+    """The data file's NVLink lines by SKU key; ValueError naming the row. A count or a speed is public (it can
+    fail) or an estimate (it warns)."""
     try:
         block = json.loads(path.read_text()).get("nvlink") or {"rows": []}
         _need(
@@ -272,12 +384,25 @@ def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
             where = f"nvlink.rows[{i}]"
             _need(isinstance(row, dict), where, "a row is an object")
             _need(row.get("sku") in keys, where, f"sku must be a key of skus, not {row.get('sku')!r}")
-            for k in ("links", "link_mbps"):
-                v = row.get(k)
+            form = row.get("form")
+            _need(form in FORMS, where, f"form must be one of {', '.join(FORMS)}")
+            _need(
+                _count(row.get("links"), 0) and (row["links"] == 0) == (form == "pcie"),
+                where,
+                "links: a positive integer (0 for a pcie card and only there)",
+            )
+            _need(
+                row.get("links_basis", "public") in ("public", "estimate"),
+                where,
+                "links_basis must be public or estimate",
+            )
+            mbps = row.get("link_mbps")
+            if mbps is not None:
+                _need(_count(mbps, 1), where, "link_mbps: a positive integer")
                 _need(
-                    isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                    row.get("link_mbps_basis") in ("public", "estimate"),
                     where,
-                    f"{k}: a positive integer",
+                    "link_mbps_basis must be public or estimate",
                 )
             _need(
                 row.get("basis") == "public", where, "basis must be public (a line that fails needs a source)"
@@ -288,7 +413,15 @@ def _nvlink(path: Path, keys: set[str]) -> dict[str, NvLinkLine]:
                 "source, why",
             )
             _need(row["sku"] not in out, where, "duplicate SKU")
-            out[row["sku"]] = NvLinkLine(row["sku"], row["links"], row["link_mbps"], row["source"])
+            out[row["sku"]] = NvLinkLine(
+                row["sku"],
+                form,
+                row["links"],
+                mbps,
+                row.get("link_mbps_basis") == "estimate",
+                row["source"],
+                row.get("links_basis") == "estimate",
+            )
     except (AttributeError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from None
     return out

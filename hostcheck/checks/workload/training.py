@@ -223,6 +223,20 @@ def ddp(run: WorkloadRun, gpus: list, on_gpu: bool) -> Outcome:
     )
 
 
+def _reach(sku: Any, nvlink: bool | None, gpus: list) -> float | None:
+    """The most GB/s one way the GPUs' interconnect carries by its datasheet: the SKU's NVLink peak over NVLink, the
+    slowest GPU's PCIe link rate over PCIe; None where it is not known (an unknown SKU over NVLink)."""
+    if nvlink:
+        return sku.peak_nvlink_gbs if sku is not None and sku.peak_nvlink_gbs else None
+    if nvlink is False:
+        rates = [
+            grading.pcie_theoretical_gbs(link_int(g, "pcie_gen_max"), link_int(g, "pcie_width_max"))
+            for g in gpus
+        ]
+        return min(rates) if rates and all(r is not None for r in rates) else None
+    return None
+
+
 @workload_check("workload.E013", "all_reduce bus bandwidth", 1.0, "ddp", reads_config=True)
 def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Outcome:
     th = grading.lines(config)
@@ -261,16 +275,36 @@ def busbw(run: WorkloadRun, gpus: list, on_gpu: bool, config: Any = None) -> Out
         nvlink = all(x > 0 for x in nv)
     floor = grading.busbw_floor(nvlink, th)
     names = {g.name for g in gpus[:world] if isinstance(getattr(g, "name", None), str)}
-    line = S.allreduce_line(names.pop(), world) if len(names) == 1 and len(gpus) >= world else None
+    name = names.pop() if len(names) == 1 else None
+    line = S.allreduce_line(name, world) if name is not None and len(gpus) >= world else None
+    reach = _reach(S.lookup(name), nvlink, gpus[:world])
+    can_fail = floor is not None and reach is not None and reach > floor
     nbytes = r0.bw_bytes
     inter = {True: "NVLink", False: "PCIe", None: "interconnect unknown"}[nvlink]
     msg = f"all_reduce busbw {bus:.1f} GB/s at {size} over {world} GPUs ({inter}; algbw {alg:.1f} GB/s)"
+    if floor is not None and not can_fail and bus < floor:
+        msg += (
+            f"; below Meta GCM's {floor:g} GB/s floor, which "
+            + (
+                f"this SKU's interconnect ({reach:g} GB/s one way) cannot reach"
+                if reach is not None
+                else f"no datasheet says {name or 'these GPUs'} can reach (an unknown SKU: no line of its own)"
+            )
+            + ": a warning, not a fail"
+        )
     if line is None:
-        st = grading.busbw_status(bus, world, nvlink, th)
+        st = grading.busbw_status(bus, world, nvlink, th, floor_can_fail=can_fail)
         expected = f">= {floor:g} GB/s (Meta GCM floor, {inter}; warn within 5%)" if floor else None
     else:
         st = grading.allreduce_status(
-            bus, nbytes, floor, line.busbw_gbs, line.bytes, line.basis == "public", th
+            bus,
+            nbytes,
+            floor,
+            line.busbw_gbs,
+            line.bytes,
+            line.basis == "public",
+            th,
+            floor_can_fail=can_fail,
         )
         expected = f">= {line.busbw_gbs:g} GB/s at {line.bytes / 2**30:g} GiB ({line.source})"
         if nbytes is None or nbytes < line.bytes:
