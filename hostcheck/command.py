@@ -28,6 +28,8 @@ What surrounds ``run`` is done here, the same for every subcommand:
   prints what it measured, job ends its command and removes its records folder). Then every child still running
   is killed (:func:`hostcheck.child.launch.kill_all`) and the run ends with ``128 + N``. SIGKILL cannot be
   caught: the children end then too, by the reaper (:mod:`hostcheck.child.reaper`);
+- no memory left (a small ``ulimit -v``): ``out of memory`` with the address-space limit, exit 2; an error Python
+  could not raise (a thread that died before it ran) is one line on stderr, never a traceback;
 - internal errors: one sentence and exit 2; with ``--debug``, the traceback first.
 
 Without a command the top level takes check's options, so ``hostcheck --json`` is ``hostcheck check --json``.
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import signal
 import sys
 import threading
@@ -50,7 +53,7 @@ from types import ModuleType
 from typing import Any, Callable, NoReturn
 
 from hostcheck import __version__
-from hostcheck.child.launch import kill_all, release_private_root, reopen
+from hostcheck.child.launch import kill_all, release_private_root, reopen, signal_held
 from hostcheck.exitcodes import EXIT_SIGNAL_BASE, EXIT_USAGE
 from hostcheck.outfile import remove_pending
 
@@ -307,7 +310,8 @@ class _Signals:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = self.received or signum
-        if self.armed:
+        # Held while the main thread starts a child: raised again once the child is registered (kill_all's).
+        if self.armed and not signal_held(signum):
             raise Signalled(signum)
 
     def install(self) -> None:
@@ -328,10 +332,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signals = _Signals()
     signals.install()
     hook, threading.excepthook = threading.excepthook, _thread_failed
+    unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         return _main(argv, signals)
     finally:
         threading.excepthook = hook
+        sys.unraisablehook = unraisable
         signals.restore()
         release_private_root()
         remove_pending()  # a file write a signal cut short leaves no temporary file
@@ -343,6 +349,13 @@ def _thread_failed(args: Any) -> None:
     with contextlib.suppress(BaseException):
         name = getattr(args.thread, "name", "?")
         sys.stderr.write(f"{PROG}: error: thread {name} ended with {args.exc_type.__name__}\n")
+
+
+def _unraisable(args: Any) -> None:
+    """An error Python could not raise anywhere (a thread that died before it ran, for want of memory under a
+    small ulimit -v; its starter says so): one line on stderr, never a traceback."""
+    with contextlib.suppress(BaseException):
+        sys.stderr.write(f"{PROG}: error: {args.exc_type.__name__} ({args.err_msg or 'Exception ignored'})\n")
 
 
 def entry_point() -> NoReturn:
@@ -391,6 +404,11 @@ def _main(argv: list[str], signals: _Signals) -> int:
     except BrokenPipeError:  # written past _Stdout (a stream kept from before the run): the reader left
         _stdout_to_devnull()
         code = EXIT_USAGE if code is None else code
+    except MemoryError:  # the run cannot go on here: an environment error, not hostcheck's
+        if debug:
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+        code = _error(prog, _out_of_memory())
     except Exception as exc:
         if debug:
             traceback.print_exc()
@@ -414,8 +432,19 @@ def _stdout_to_devnull() -> None:
             os.close(devnull)
 
 
+def _out_of_memory() -> str:
+    """Why the run could not go on, with the address-space limit when one is set: the usual cause."""
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return "out of memory"
+        return f"out of memory (the address-space limit, ulimit -v, is {limit >> 20} MiB)"
+    except Exception:  # no memory to say more
+        return "out of memory"
+
+
 def _error(prog: str, message: str, kind: str = "error: ") -> int:
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, MemoryError):
         print(f"{prog}: {kind}{message}", file=sys.stderr)
     return EXIT_USAGE
 

@@ -22,6 +22,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from hostcheck.registry import Thread
+
 #: Nothing is drawn before the run has taken this long: a quick run stays quiet.
 DELAY_S = 1.0
 #: How often the line is redrawn (the elapsed time moves on).
@@ -79,12 +81,13 @@ class Progress:
         self.width = width
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: Thread | None = None
         self._drawn = False
 
     def __enter__(self) -> Progress:
-        self._thread = threading.Thread(target=self._run, daemon=True, name="hostcheck-progress")
-        with contextlib.suppress(RuntimeError):  # no thread to be had: no line, the run goes on
+        # No thread to be had (or no memory for one): no line, the run goes on.
+        with contextlib.suppress(RuntimeError, MemoryError):
+            self._thread = Thread(target=self._run, daemon=True, name="hostcheck-progress")
             self._thread.start()
         return self
 

@@ -3,11 +3,15 @@
 A check is a small pure function ``fn(snapshot) -> Outcome`` registered with :func:`check`. It judges
 gathered data only; gathering lives in :mod:`hostcheck.gather`, scoring in :mod:`hostcheck.score`. This module
 imports nothing of hostcheck: the checks import it, never the reverse (hostcheck.checks.all_checks).
+
+Every thread hostcheck starts is a :class:`Thread` (or :class:`Timer`) of this module, the runner's own first:
+their start never waits for good on a thread that died before it ran (see :class:`Thread`).
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import queue
 import threading
 import time
@@ -217,6 +221,110 @@ def _unboxed(box: dict[str, Any]) -> tuple[bool, Any]:
     return True, box["exc"] if "exc" in box else box.get("value")
 
 
+# --- threads ------------------------------------------------------------------------------------------------
+
+#: Where the kernel lists this process's threads (one folder per thread id, gone once the thread has ended).
+TASKS_DIR = "/proc/self/task"
+#: How often a start that waits on its new thread looks whether the thread is still there.
+START_POLL_S = 0.05
+#: A start that cannot tell its new thread apart (TASKS_DIR unreadable: no descriptor or memory left; or another
+#: thread started beside it outside this module) gives up on it after this long.
+START_BLIND_S = 30.0
+#: Starts one at a time, so that a start tells its new thread from the others by the id that appeared.
+_START_LOCK = threading.Lock()
+ENDED_BEFORE_IT_RAN = "can't start new thread: it ended before it ran (no memory left for it?)"
+
+
+class ThreadStartError(RuntimeError):
+    """No thread could be started: none to be had (``can't start new thread``), or it ended before it ran."""
+
+
+def _thread_ids() -> set[str] | None:
+    try:
+        return set(os.listdir(TASKS_DIR))
+    except (OSError, MemoryError):
+        return None
+
+
+class _Started(threading.Event):
+    """A thread's "it runs" event (``Thread._started``) whose wait without a timeout (Thread.start's) ends with
+    ThreadStartError once the new thread is gone without having set it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: This process's thread ids just before the start (None: not known).
+        self.before: set[str] | None = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            return super().wait(timeout)
+        now = _thread_ids()
+        new = now - self.before if now is not None and self.before is not None else None
+        blind_until = time.monotonic() + START_BLIND_S
+        while not self._waited():
+            try:
+                if new is not None:
+                    new = {t for t in new if os.path.exists(f"{TASKS_DIR}/{t}")}
+            except MemoryError:
+                new = None
+            if new is not None and not new:
+                raise ThreadStartError(ENDED_BEFORE_IT_RAN)
+            if (new is None or len(new) > 1) and time.monotonic() >= blind_until:
+                raise ThreadStartError(
+                    f"can't start new thread: not running {START_BLIND_S:g} s after its start"
+                )
+        return True
+
+    def _waited(self) -> bool:
+        """Set, within START_POLL_S."""
+        try:
+            return super().wait(START_POLL_S)
+        except (RuntimeError, MemoryError):  # no lock to wait with ("can't allocate lock"): look, sleep, look
+            if not self.is_set():
+                time.sleep(START_POLL_S)
+            return self.is_set()
+
+
+class _BoundedStart:
+    """What :class:`Thread` and :class:`Timer` add to threading's: a start that raises ThreadStartError instead
+    of waiting for good.
+
+    threading.Thread.start waits without a limit for the new thread to say that it runs. A thread that dies before
+    it says so (a MemoryError in its bootstrap, which a small address-space limit, ulimit -v, brings: CPython issue
+    gh-140746, open) left hostcheck waiting forever, until its caller's own timeout. Here the wait ends when the
+    new thread (the id that appeared in /proc/self/task with the start) is gone."""
+
+    _started: threading.Event
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._started = _Started()
+
+    def start(self) -> None:
+        started = self._started
+        if not isinstance(started, _Started) or started.is_set():
+            super().start()  # type: ignore[misc]  # threading's own answer ("can only be started once")
+            return
+        with _START_LOCK:
+            started.before = _thread_ids()
+            try:
+                super().start()  # type: ignore[misc]
+            except ThreadStartError:
+                raise
+            except RuntimeError as exc:  # pthread_create failed: "can't start new thread"
+                raise ThreadStartError(str(exc)) from None
+            except MemoryError:
+                raise ThreadStartError("can't start new thread: no memory left") from None
+
+
+class Thread(_BoundedStart, threading.Thread):
+    """threading.Thread with a bounded start (:class:`_BoundedStart`): the thread class of hostcheck."""
+
+
+class Timer(_BoundedStart, threading.Timer):
+    """threading.Timer with a bounded start (:class:`_BoundedStart`)."""
+
+
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
     """Run ``fn`` in a daemon thread; return (finished, value-or-exception).
 
@@ -224,10 +332,10 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, An
     the process alive at exit.
     """
     box: dict[str, Any] = {}
-    t = threading.Thread(target=_call_into, args=(fn, box), daemon=True, name="hostcheck-call")
     try:
+        t = Thread(target=_call_into, args=(fn, box), daemon=True, name="hostcheck-call")
         t.start()
-    except RuntimeError as exc:  # no thread to be had (a small ulimit -v): fn did not run, say why
+    except (RuntimeError, MemoryError) as exc:  # no thread, or no memory for one (a small ulimit -v): say why
         return True, exc
     t.join(timeout_s)
     if t.is_alive():
@@ -243,7 +351,7 @@ class SequentialCaller:
 
     def __init__(self) -> None:
         self._inbox: queue.SimpleQueue | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: Thread | None = None
 
     def _serve(self, inbox: queue.SimpleQueue) -> None:
         while True:
@@ -257,10 +365,13 @@ class SequentialCaller:
     def __call__(self, fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
         if self._inbox is None:
             inbox: queue.SimpleQueue = queue.SimpleQueue()
-            t = threading.Thread(target=self._serve, args=(inbox,), daemon=True, name="hostcheck-checks")
             try:
+                t = Thread(target=self._serve, args=(inbox,), daemon=True, name="hostcheck-checks")
                 t.start()
-            except RuntimeError as exc:  # no thread to be had: fn did not run, say why
+            except (
+                RuntimeError,
+                MemoryError,
+            ) as exc:  # no thread, or no memory for one: fn did not run, say why
                 return True, exc
             self._inbox, self._thread = inbox, t
         box: dict[str, Any] = {}

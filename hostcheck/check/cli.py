@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import time
 from dataclasses import replace
 
@@ -32,6 +31,7 @@ from hostcheck.gather.workload import DEFAULT_SECTIONS
 from hostcheck.outfile import write_report
 from hostcheck.profiles import PROFILES
 from hostcheck.progress import progress
+from hostcheck.registry import Timer
 from hostcheck.report import Report, now_iso
 from hostcheck.score import FAIL_LEVELS
 
@@ -303,11 +303,11 @@ class _Watchdog:
 
     def __init__(self, deadline: float, profile: str) -> None:
         self.deadline, self.profile = deadline, profile
-        self.timer: threading.Timer | None = None
+        self.timer: Timer | None = None
 
     def __enter__(self) -> _Watchdog:
         wait = max(0.0, self.deadline - time.monotonic()) + self.GRACE_S
-        self.timer = threading.Timer(wait, self.fire)
+        self.timer = Timer(wait, self.fire)
         self.timer.daemon = True
         with contextlib.suppress(RuntimeError):  # no thread to be had: the per-part deadlines still hold
             self.timer.start()

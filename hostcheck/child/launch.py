@@ -22,6 +22,12 @@ hostcheck runs ours (the folder hostcheck lives in may be a site-packages whose 
 training venv's). The job hook is the one exception: every Python of the user's job must load it, and the job's
 command is the user's, so a sitecustomize folder goes first on the job's PYTHONPATH, through the same
 :func:`inside_env` that puts a bench variant's PIL overlay first.
+
+A signal that would raise in the main thread while it starts a child (between the fork and the registration,
+where the exception would lose the child) is held until the child is registered (:func:`signal_held`).
+
+Why one module: the live registry, the closed flag, the starts under way and the signal hold are one state that
+:class:`Launch`, :func:`kill_all` and :func:`reopen` share; split, each part would reach into another's privates.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -369,6 +375,44 @@ def reopen() -> None:
     _CLOSED.clear()
 
 
+class _SignalHold:
+    """The main thread between a child's fork and its registration, where an exception a signal handler raises
+    (hostcheck.command's Signalled) would lose the child: Popen would never return it, kill_all would not know
+    it, and it would outlive the run. A handler asks :func:`signal_held` first; a held signal is raised again
+    (signal.raise_signal, so the same handler runs) as soon as the child is registered."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.pending: int | None = None
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        if self.active or threading.current_thread() is not threading.main_thread():
+            yield  # a thread's start is not interrupted by signals: kill_all waits for it (_STARTING)
+            return
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                signal.raise_signal(pending)
+
+
+_HOLD = _SignalHold()
+
+
+def signal_held(signum: int) -> bool:
+    """For a signal handler that raises in the main thread: True when the main thread is starting a child (fork
+    to registration); the signal is then kept and raised again once the child is registered, and the handler
+    must return without raising."""
+    if not _HOLD.active:
+        return False
+    _HOLD.pending = _HOLD.pending or signum
+    return True
+
+
 class Launch:
     """Children started together under one token, each in a session (process group) of its own, and tracked
     in the live registry from the first start until :meth:`end`, so that :func:`kill_all` reaches them, their
@@ -386,16 +430,17 @@ class Launch:
         new session, in ``cwd`` (default /); ``popen``: stdin, stdout, stderr, bufsize. The started
         ``subprocess.Popen``, or None when the launcher is closed (kill_all): then nothing is left running.
         Raises OSError when the program cannot be started."""
-        with _LIVE_LOCK:
-            if _CLOSED.is_set():
-                return None
-            _STARTING[0] += 1
-        try:
-            return self._start(argv, env, cwd, popen)
-        finally:
+        with _HOLD.hold():  # the count of starts under way too: a signal between its two steps would leak it
             with _LIVE_LOCK:
-                _STARTING[0] -= 1
-                _STARTED.notify_all()
+                if _CLOSED.is_set():
+                    return None
+                _STARTING[0] += 1
+            try:
+                return self._start(argv, env, cwd, popen)
+            finally:
+                with _LIVE_LOCK:
+                    _STARTING[0] -= 1
+                    _STARTED.notify_all()
 
     def _start(self, argv: Sequence[str], env: dict | None, cwd: str | None, popen: dict[str, Any]):
         popen.setdefault("stdin", subprocess.DEVNULL)
@@ -504,24 +549,25 @@ def run_children(
     files = []
     spawn_errors: list[str | None] = []
     stack = contextlib.ExitStack()
-    for argv, env in zip(argvs, envs):
-        fo = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
-        fe = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
-        files.append((fo, fe))
-        try:
-            p = launch.start(argv, env, cwd, stdout=fo, stderr=fe)
-            procs.append(p)
-            spawn_errors.append(None if p is not None else NOT_STARTED)
-        except OSError as exc:
-            procs.append(None)
-            spawn_errors.append(f"could not start {argv[0]}: {exc}")
-    timed_out, flooded = [False] * len(procs), [False] * len(procs)
-    unkillable = [False] * len(procs)
-    ends: list[float | None] = [None] * len(procs)
-    peer_failed = any(spawn_errors)
-    if peer_failed:
-        deadline = min(deadline, time.monotonic() + grace_after_failure)
+    # From the first start on, whatever ends this call (a signal's exception too) ends the launch first.
     try:
+        for argv, env in zip(argvs, envs):
+            fo = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
+            fe = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed by the stack)
+            files.append((fo, fe))
+            try:
+                p = launch.start(argv, env, cwd, stdout=fo, stderr=fe)
+                procs.append(p)
+                spawn_errors.append(None if p is not None else NOT_STARTED)
+            except OSError as exc:
+                procs.append(None)
+                spawn_errors.append(f"could not start {argv[0]}: {exc}")
+        timed_out, flooded = [False] * len(procs), [False] * len(procs)
+        unkillable = [False] * len(procs)
+        ends: list[float | None] = [None] * len(procs)
+        peer_failed = any(spawn_errors)
+        if peer_failed:
+            deadline = min(deadline, time.monotonic() + grace_after_failure)
         while True:
             now = time.monotonic()
             running = False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -44,7 +43,7 @@ from hostcheck.gather.tuning import (
     parse_env_file,
 )
 from hostcheck.gather.workload import DEFAULT_SECTIONS, WorkloadRun, gather_for, gather_limit
-from hostcheck.registry import call_with_timeout
+from hostcheck.registry import Thread, call_with_timeout
 
 GATHERERS = (
     "facts",
@@ -190,7 +189,21 @@ def run_once(runner: Runner | None = None) -> Runner:
             answers[key] = runner(argv, *args, **kwargs)
         return answers[key]
 
+    # Keywords reach run_cmd: a caller may ask it for the tail of a long answer (the kernel log).
+    run.keeps_tail = runner is run_cmd or getattr(runner, "keeps_tail", False)  # type: ignore[attr-defined]
     return run
+
+
+def _beside(fn: Callable[[], None], threads: list[Thread]) -> None:
+    """Run ``fn`` in a thread of its own beside what follows (added to ``threads``), or here and now when no
+    thread can be had (a small ulimit -v): its own gathering then says why it could not run, if it cannot."""
+    try:
+        t = Thread(target=fn, daemon=True)
+        t.start()
+    except RuntimeError:  # ThreadStartError, or no lock for a thread to be had ("can't allocate lock")
+        fn()
+        return
+    threads.append(t)
 
 
 # long: each gatherer's closure with its timing beside the threads that run them; a table of gatherers would halve it
@@ -237,8 +250,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
         )
     threads = []
     if "torch" in needs:
-        threads.append(threading.Thread(target=do_torch, daemon=True))
-        threads[-1].start()
+        _beside(do_torch, threads)
 
     # The workload starts now, beside the torch probe, so torch's import is not paid twice in a row; it runs
     # in the same training Python with the same environment file.
@@ -256,8 +268,7 @@ def gather(options: Options, needs: frozenset[str] | set[str] = frozenset(GATHER
     if busy:
         results["workload"] = Unavailable(BUSY, busy)
     elif "workload" in needs:
-        threads.append(threading.Thread(target=do_workload, daemon=True))
-        threads[-1].start()
+        _beside(do_workload, threads)
     if "system" in needs:
         # The NVSwitches are looked up under the one host root; "/" is the gatherer's own default.
         root_kw = {"root": options.host_root} if options.host_root != HOST_ROOT else {}

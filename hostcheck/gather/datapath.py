@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hostcheck.gather.base import ERROR, NOT_FOUND, NOT_SUPPORTED, Unavailable, parse_int, read_text
+from hostcheck.registry import Thread
 
 #: A measurement reads at most this long and this much per directory.
 READ_SECONDS = 3.0
@@ -372,7 +373,7 @@ def measure_read(
             buf.close()
 
     start = time.monotonic()
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, readers))]
+    threads = [Thread(target=worker, daemon=True) for _ in range(max(1, readers))]
     for t in threads:
         t.start()
     for t in threads:

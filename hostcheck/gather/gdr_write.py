@@ -14,12 +14,12 @@ that run GPU jobs (full, burnin), and only where perftest and numactl are instal
 from __future__ import annotations
 
 import shutil
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hostcheck.gather.base import Tool, Unavailable, parse_number, run_cmd
+from hostcheck.registry import Thread
 
 MESSAGE_BYTES = 8 << 20
 #: Seconds each NIC measures (perftest's -D).
@@ -124,9 +124,7 @@ def gather_gdr_write(ports: Any, gpus: int, seconds: float = SECONDS, which=shut
             "path read): GPUs are never matched to NICs by name order"
         )
     out: dict[int, dict] = {}
-    threads = [
-        threading.Thread(target=_one, args=(p, i, seconds, out), daemon=True) for i, p in enumerate(paired)
-    ]
+    threads = [Thread(target=_one, args=(p, i, seconds, out), daemon=True) for i, p in enumerate(paired)]
     for t in threads:
         t.start()
     for t in threads:

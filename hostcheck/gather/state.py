@@ -3,8 +3,9 @@
 One small JSON file (``/var/lib/hostcheck/state.json`` by default; ``--state-file`` or ``[hardware] state_file``)
 holds the last value of every counter, grouped by namespace (``edac``, ``aer``, ``pcie_replay``, ``dstate``,
 ``nvlink``, ``rdma``), and when each namespace was last read (``read_at``): a run that reads only some namespaces
-keeps the others' values and their times, so a rate per unit of time is never taken over the wrong interval. Anyone with root could have put anything there, so it is read through the
-one bounded reader (:func:`hostcheck.gather.facts.read_fact`: no FIFO, no device, no endless file) and written
+keeps the others' values and their times, so a rate per unit of time is never taken over the wrong interval.
+Anyone with root could have put anything there, so it is read through the one bounded reader
+(:func:`hostcheck.gather.facts.read_fact`: no FIFO, no device, no endless file) and written
 through the one atomic writer (:func:`hostcheck.outfile.write_atomic`), with its folder locked and the file read
 again first: a file that is not hostcheck's own (not JSON, another schema, a FIFO, a link: whatever it could not
 use) is never overwritten, and neither is one that became such since it was read. A state that cannot be read is

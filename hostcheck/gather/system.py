@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import math
 import os
@@ -179,8 +180,10 @@ def read_kernel_log(
     at most KERNEL_LOG_LINES lines), else dmesg cut to the same window. The one reader of the kernel log: the XIDs
     (here) and the machine checks and hung tasks (gather.hardware) both come from it. A log past the output cap is
     read to its end and its last OUTPUT_CAP bytes kept (the newest lines): the source says so."""
-    if runner is run_cmd:  # the newest lines are the ones that matter: keep the end of a flood, not its start
-        runner = lambda argv, timeout: run_cmd(argv, timeout, tail=True)  # noqa: E731
+    # The newest lines are the ones that matter: keep the end of a flood, not its start (run_cmd, or a runner
+    # that hands its keywords to it, such as the run's run_once).
+    if runner is run_cmd or getattr(runner, "keeps_tail", False):
+        runner = functools.partial(runner, tail=True)
     # Whole minutes, rounded up: a window under a minute would otherwise ask journald for none.
     minutes = max(1, math.ceil(hours * 60))
     argv = ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "-n", str(KERNEL_LOG_LINES)]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -52,6 +51,7 @@ from hostcheck.gather.suite import (
     suite_run_for,
     suite_section,
 )
+from hostcheck.registry import Thread
 
 #: The module of hostcheck.inside the children run.
 PROBES = "workload"
@@ -229,7 +229,7 @@ def gather_workload(
     if (device == "cpu" or not gpu_possible) and "ddp" in sections:
         # Known up front: no GPU is measured, so the two gloo ranks can run beside the suite.
         box: dict[str, Any] = {}
-        t = threading.Thread(
+        t = Thread(
             target=lambda: box.update(runs=launch_local_ddp(python, 2, "gloo", ddp_args, ddp_timeout, env)),
             daemon=True,
         )

@@ -303,7 +303,7 @@ def _collectives_read(final):
     if g.head < len(g.pending):
         _poll()
         if final:
-            for _ in range(FINAL_POLLS):
+            for _round in range(FINAL_POLLS):
                 if g.head >= len(g.pending) or g.off is not None:
                     break
                 time.sleep(0.005)
@@ -684,14 +684,14 @@ def _track(work, name, t0, t1, tensor):
     g.works[id(work)] = (weakref.ref(work), name, t0, t1, None if tensor is None else tensor.device)
     if len(g.works) > WORK_TRACKED:
         key = next(iter(g.works))
-        _, n, a, b, _ = g.works.pop(key)
-        _add(n, a, b, "launch")
+        entry = g.works.pop(key)
+        _add(entry[1], entry[2], entry[3], "launch")
 
 
 def _untracked_works(final=False):
     """Works that died, or (at exit) were never waited for: their launch time is all there is."""
     g = _S.gpu
-    for key, (ref, n, a, b, _) in list(g.works.items()):
+    for key, (ref, n, a, b, _device) in list(g.works.items()):
         if final or ref() is None:
             del g.works[key]
             _add(n, a, b, "launch")
@@ -770,7 +770,7 @@ def _wrap_wait(orig):
             if entry is not None:  # an id reused after its Work died: that one was never waited for
                 _add(entry[1], entry[2], entry[3], "launch")
             return orig(self, *args, **kwargs)
-        _, name, _a, _b, device = entry
+        name, device = entry[1], entry[4]
         w0 = _clock()
         begun = None if device is None else _guarded(_begin, device)
         ok = False

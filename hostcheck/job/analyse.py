@@ -366,7 +366,9 @@ def _comm(ranks: Sequence[Rank], procs: dict[int, HookProcess]) -> dict[str, Any
         p = procs[r.pid]
         c = comm_times(p, r.times)
         colls = (r.final or {}).get("collectives") or {}
-        coll_s += sum(x for v in colls.values() if type(v) is list for x in v[1:2] if type(x) in (int, float))
+        coll_s += sum(
+            x for v in colls.values() if isinstance(v, list) for x in v[1:2] if type(x) in (int, float)
+        )
         ddp_rows += c.pop("ddp")
         if c["share"] is not None:
             shares.append(c["share"])

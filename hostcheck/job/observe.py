@@ -27,6 +27,7 @@ from hostcheck.gather.nvml import GpuSample, NvmlSampler
 from hostcheck.job.dcgm import DcgmRow, DcgmSampler
 from hostcheck.job.links import fabric_moved, read_rdma_counters
 from hostcheck.job.sample import ProcInfo, ProcSample, ProcSampler, Series
+from hostcheck.registry import Thread
 
 #: The folder whose sitecustomize.py loads the hook (started by path: this side never imports it).
 JOBSITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inside", "jobsite")
@@ -101,7 +102,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-class _Loop(threading.Thread):
+class _Loop(Thread):
     """Calls ``fn(now, n)`` every ``interval`` seconds until stopped; the first error ends it and is kept."""
 
     def __init__(self, name: str, interval: float, fn: Callable[[float, int], None], stop: threading.Event):

@@ -2355,10 +2355,15 @@ def _ib_host(c: Ctx, devices: int = 2, numa: str = "0\n", extra_port: str = "") 
 
 def _gdr_banner(c: Ctx) -> Run:
     """ib_write_bw's server prints a banner while it waits (to stdout, as perftest does): it never reaches
-    hostcheck's --json. The one NIC (one GPU, the tiny Python's plan) fails: none is said to have written."""
+    hostcheck's --json. The one NIC (one GPU, the tiny Python's plan) fails: none is said to have written. The NIC
+    and the GPU share a PCIe switch (tests/unit/fixtures/fabrictree.py): the probe pairs by topology only."""
+    import fabrictree
+
     env = _tool_path(c, {"ib_write_bw": IB_WRITE_BW, "numactl": 'shift 4\nexec "$@"\n'})
+    host = c.root / "host"
+    fabrictree.switch(host, fabrictree.Node(), 0x15, 0, [0x18], [fabrictree.Nic("mlx5_0", 0x19, 0)])
     argv = ["check", "--profile", "full", "--only", "workload.E018", "--workload-sections", "gdr_write"]
-    argv += ["--host-root", _ib_host(c, devices=1), "--python", c.python, "--facts-dir", str(c.facts)]
+    argv += ["--host-root", str(host), "--python", c.python, "--facts-dir", str(c.facts)]
     argv += ["--env-file", str(c.env_file), "--state-file", str(c.state), "--json"]
 
     def check(o: Outcome) -> None:
@@ -2423,7 +2428,9 @@ def _baseline_non_ascii(c: Ctx) -> Run:
     def check(o: Outcome) -> None:
         doc = json.loads(o.out)
         assert doc.get("cpu_threads") == 1 and "memory_bytes" not in doc, doc
-        assert doc.get("rdma") == [{"name": "mlx5_0:1", "rate_gbps": 400}], doc
+        # No GPU in this tree: the port's GPU and distance are recorded as none.
+        want = {"name": "mlx5_0:1", "rate_gbps": 400, "link_layer": "InfiniBand", "gpu": "", "distance": ""}
+        assert doc.get("rdma") == [want], doc
         assert "memory: not recorded" in o.err, o.err
 
     return Run(["baseline", "--host-root", host, "--json"], (0,), check=check)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -479,6 +481,62 @@ def test_a_signal_ends_the_run_and_every_child_with_it(tmp_path, sig, code, run)
         assert _gone_within(pid, 10), f"pid {pid} outlived the run"
 
 
+@pytest.mark.parametrize("run", sorted(HUNG_RUNS))
+def test_a_signal_between_a_childs_fork_and_its_registration_still_ends_the_child(tmp_path, monkeypatch, run):
+    """SIGTERM while the main thread is between the fork of a child and its registration (bench starts its probe
+    from the main thread; on a loaded machine the parent may wait there while the child already runs): raised
+    there, Signalled lost the child (Popen never returned it, kill_all did not know it) and it outlived the run.
+    The signal is held until the child is registered, then raised. The signal is planted in that window: it
+    comes from the read of the child's start time, the last step before the registration. What the run started
+    (the probe, and its grandchild in a session of its own if it got that far) carries a marker of this test."""
+    from hostcheck.child import launch
+
+    marker = f"HOSTCHECK_TEST_MARK={uuid.uuid4().hex}".encode()
+    monkeypatch.setenv(*marker.decode().split("="))
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nsetsid sleep 300 &\nexec sleep 300\n")
+    fake.chmod(0o755)
+    real, children = launch.start_ticks, []
+
+    def signalled_start_ticks(pid: int, *args):
+        if not children:
+            children.append(pid)
+            signal.raise_signal(signal.SIGTERM)
+        return real(pid, *args)
+
+    monkeypatch.setattr(launch, "start_ticks", signalled_start_ticks)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert command.main(HUNG_RUNS[run](str(tmp_path), str(fake))) == 143
+        deadline = time.monotonic() + 10  # SIGKILLed before the run ended; a loaded machine may take a moment
+        while (left := _carriers(marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert children and not left, f"outlived the run: {left}"
+    finally:
+        for pid in _carriers(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        launch.reopen()
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+def _carriers(needle: bytes) -> list[int]:
+    """This user's live processes whose environment holds ``needle`` (NAME=VALUE)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != os.geteuid():
+                continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0") and _alive(int(name)):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
 def _gone_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while _alive(pid):
@@ -640,6 +698,66 @@ def test_debug_shows_the_traceback_of_an_internal_error_and_only_then(monkeypatc
         err = capsys.readouterr().err
         assert "Traceback (most recent call last)" in err and 'raise RuntimeError("kaput")' in err, argv
         assert err.rstrip().endswith("internal error: RuntimeError: kaput (re-run with --debug)")
+
+
+def test_no_memory_is_an_environment_error_with_the_address_space_limit_not_an_internal_error(
+    monkeypatch, capsys
+):
+    """A run that cannot allocate (a small ulimit -v) ends with exit 2 and says so, with the limit: no hostcheck bug
+    to report."""
+
+    def no_memory(options, needs):
+        raise MemoryError
+
+    monkeypatch.setattr("hostcheck.gather.gather", no_memory)
+    assert command.main(["--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hostcheck: error: out of memory") and "internal error" not in err, err
+    limited = (45 << 20, command.resource.RLIM_INFINITY)
+    monkeypatch.setattr(command.resource, "getrlimit", lambda which: limited)
+    assert command.main(["check", "--quick"]) == 2
+    assert capsys.readouterr().err == (
+        "hostcheck check: error: out of memory (the address-space limit, ulimit -v, is 45 MiB)\n"
+    )
+
+
+def test_no_memory_to_import_hostcheck_is_exit_2_with_the_reason(tmp_path):
+    """Just above the interpreter's own needs (ulimit -v at hostcheck's import footprint) the import itself fails:
+    one line and exit 2, not Python's traceback and exit 1. The import's failure is planted by a finder."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class NoMemory:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'hostcheck.exitcodes':  # imported by hostcheck.command itself\n"
+        "            raise MemoryError\n"
+        "sys.meta_path.insert(0, NoMemory())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    p = subprocess.run(
+        [sys.executable, "-m", "hostcheck", "--version"], capture_output=True, text=True, env=env
+    )
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stderr)
+    assert p.stderr == "hostcheck: error: out of memory while starting (an address-space limit, ulimit -v?)\n"
+
+
+def test_an_error_python_cannot_raise_is_one_line_without_a_traceback(monkeypatch, capsys):
+    """A thread that died before it ran (no memory for its first frame) is reported by the interpreter through
+    sys.unraisablehook, with threading's own traceback: during a run, one line instead."""
+
+    class Dying:
+        def __del__(self):
+            raise ValueError("in a finalizer")
+
+    def gather_then_drop(options, needs):
+        Dying()
+        raise RuntimeError("stop here")
+
+    hook = sys.unraisablehook
+    monkeypatch.setattr("hostcheck.gather.gather", gather_then_drop)
+    assert command.main(["--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "hostcheck: error: ValueError (Exception ignored)\n" in err and "Traceback" not in err, err
+    assert sys.unraisablehook is hook
 
 
 def test_python_m_hostcheck_json_is_the_check_command():

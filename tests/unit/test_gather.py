@@ -83,6 +83,21 @@ def test_one_run_reads_the_kernel_log_once_for_the_xids_and_the_machine_checks(m
     assert [e.xid for e in snap.system.xid_events] == [79] and len(snap.hardware.mce_lines) == 1
 
 
+def test_the_runs_one_reader_keeps_the_newest_lines_of_a_kernel_log_flood(monkeypatch, tmp_path):
+    """journalctl printing past the output cap through the run's run_once: its end is kept (the newest lines,
+    where the Xid is), as with run_cmd itself; once the start was kept and the Xid below 8 MiB of lines lost."""
+    import hostcheck.gather as G
+
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+0000")
+    xid = f"{now} host kernel: NVRM: Xid (PCI:0000:2a:00): 79, pid=1, GPU has fallen off the bus."
+    tool = tmp_path / "journalctl"
+    tool.write_text(f"#!/bin/sh\nyes '{now} host kernel: a line' | head -c 9000000\necho '{xid}'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    events, source = read_xids(G.run_once())
+    assert [e.xid for e in events] == [79] and "cut: only its last 8 MiB read" in source, source
+
+
 class _Frozen(datetime):
     @classmethod
     def now(cls, tz=None):

@@ -75,7 +75,7 @@ def _spans(numbers: list[int]) -> list[tuple[int, int]]:
             spans[-1][1] = n
         else:
             spans.append([n, n])
-    return [(a, b) for a, b in spans]
+    return [(s[0], s[1]) for s in spans]
 
 
 def _runs(numbers: list[int], word: str = "") -> str:
@@ -117,12 +117,12 @@ def _fold_items(parts: list[str], key: tuple, members: list[tuple[int, list[str]
     """One group of items with the same text: said once when their heads differ in one number, else each."""
     if len(members) == 1:
         return [parts[members[0][0]]]
-    heads = [nums for _, nums in members]
+    heads = [m[1] for m in members]
     differ = [j for j in range(key[3]) if len({h[j] for h in heads}) > 1]
     if not differ:  # the same item twice
         return [parts[members[0][0]]]
     if len(differ) > 1:
-        return [parts[i] for i, _ in members]
+        return [parts[m[0]] for m in members]
     j, pieces = differ[0], key[1].split("\0")
     numbers = heads[0]
     before = "".join(pieces[k] + numbers[k] for k in range(j)) + pieces[j]
@@ -319,7 +319,7 @@ def _footer(w: _Writer, report: Report, verbose: bool) -> None:
         for i, (cid, hint) in enumerate(vd.top_fixes, 1):
             w.add(visible(hint), indent=2, lead=f"{i}. [{cid}] ", hang=4)
     else:
-        w.add(", ".join(cid for cid, _ in vd.top_fixes) + " (their fixes above)", lead="fix first: ", hang=4)
+        w.add(", ".join(fix[0] for fix in vd.top_fixes) + " (their fixes above)", lead="fix first: ", hang=4)
 
 
 def render_list(checks: list) -> str:
