@@ -243,14 +243,16 @@ def best_repeats(
     pairs: Iterable[Mapping[str, Any]], key: Any = None
 ) -> tuple[dict[Pair, float], dict[Pair, float], dict[Pair, int]]:
     """Per node pair (``key`` maps a node to the index it is judged by), the best of its measurements: the highest
-    rate, the lowest latency, and how often it was measured (only what stays outside the line is named)."""
+    rate per rail (the rails summed over their count), the lowest latency, and how often it was measured (only what
+    stays outside the line is named). Pass only pairs whose every rail reported (:func:`complete`)."""
     bw: dict[Pair, float] = {}
     lat: dict[Pair, float] = {}
     count: dict[Pair, int] = {}
     for p in pairs:
         a, b = int(p["a"]), int(p["b"])
         k = pair(key(a), key(b)) if key else pair(a, b)
-        bw[k] = max(bw.get(k, 0.0), float(p["bytes_per_s"]))
+        # Per rail: a pair of 4-GPU nodes moves half what a pair of 8-GPU nodes does, and is no slower for it.
+        bw[k] = max(bw.get(k, 0.0), float(p["bytes_per_s"]) / max(1, int(p.get("rails") or 1)))
         lat[k] = min(lat.get(k, math.inf), float(p["latency_s"]))
         count[k] = count.get(k, 0) + 1
     return bw, lat, count
@@ -279,6 +281,19 @@ def node_pairs(results: Iterable[Mapping[str, Any]], stage: str) -> list[dict[st
     ]
 
 
+def complete(
+    pairs: Iterable[Mapping[str, Any]], gpus: Mapping[int, int]
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The node pairs whose rails all reported (min of the two nodes' GPUs, one on a CPU node), and the others: a pair
+    missing a rail (a rank failed or never posted) would read as a slow pair and name both ends."""
+    kept, dropped = [], []
+    for p in pairs:
+        a, b = int(p["a"]), int(p["b"])
+        want = min(max(1, int(gpus.get(a) or 0)), max(1, int(gpus.get(b) or 0)))
+        (kept if int(p.get("rails", 1)) >= want else dropped).append(p)
+    return kept, dropped
+
+
 def best(measured: Mapping[Pair, float], higher: bool = True) -> dict[int, float]:
     """Each node's best figure with any partner: the highest rate (its capacity) or the lowest latency."""
     out: dict[int, float] = {}
@@ -302,6 +317,8 @@ class Network:
     laggy_nodes: dict[int, Peer] = field(default_factory=dict)
     slow_links: dict[Pair, Peer] = field(default_factory=dict)
     laggy_links: dict[Pair, Peer] = field(default_factory=dict)
+    #: Nodes past the line with fewer partners than the rule needs: not named, measured again, said in the notes.
+    few: dict[int, int] = field(default_factory=dict)
 
     @property
     def nodes(self) -> set[int]:
@@ -312,12 +329,22 @@ class Network:
         return set(self.slow_links) | set(self.laggy_links)
 
 
-def network(bw: Mapping[Pair, float], lat: Mapping[Pair, float], rules: Rules) -> Network:
-    """Judge the pairs (each pair's best repeat: ``bw`` the highest rate, ``lat`` the lowest latency)."""
+def network(
+    bw: Mapping[Pair, float], lat: Mapping[Pair, float], rules: Rules, excused: Iterable[int] = ()
+) -> Network:
+    """Judge the pairs (each pair's best repeat: ``bw`` the highest rate per rail, ``lat`` the lowest latency). A node
+    is named slow with every partner only when it met ``max(2, min_peers)`` of them; the links of the ``excused``
+    nodes (a CPU node named slow at compute: gloo's transport runs on its CPU) are not judged."""
     cap, floor = best(bw, True), best(lat, False)
-    slow_nodes = low(cap, rules.bw_fraction, rules)
-    laggy_nodes = high(floor, rules.latency_factor, rules)
-    explained = set(slow_nodes) | set(laggy_nodes)
+    met: dict[int, int] = {}
+    for a, b in set(bw) | set(lat):
+        met[a] = met.get(a, 0) + 1
+        met[b] = met.get(b, 0) + 1
+    need = max(2, rules.min_peers)
+    flagged = [low(cap, rules.bw_fraction, rules), high(floor, rules.latency_factor, rules)]
+    few = {k: met.get(k, 0) for f in flagged for k in f if met.get(k, 0) < need}
+    slow_nodes, laggy_nodes = ({k: p for k, p in f.items() if k not in few} for f in flagged)
+    explained = set(slow_nodes) | set(laggy_nodes) | set(excused)
     # A link against what both its ends reach with other partners; links of a node already named are its own.
     rate = {p: v / min(cap[p[0]], cap[p[1]]) for p, v in bw.items() if _finite(v) and not explained & set(p)}
     delay = {
@@ -330,6 +357,7 @@ def network(bw: Mapping[Pair, float], lat: Mapping[Pair, float], rules: Rules) -
         laggy_nodes,
         low(rate, rules.bw_fraction, rules),
         high(delay, rules.latency_factor, rules),
+        few,
     )
 
 
@@ -376,7 +404,7 @@ def retest(
     twice = sorted(again)
     if mode == HYPERCUBE:
         tested = set(bw) | set(lat)
-        pointed = set(suspects) | net.nodes | {x for p in net.links for x in p}
+        pointed = set(suspects) | net.nodes | set(net.few) | {x for p in net.links for x in p}
         healthy = [i for i in range(n) if i not in pointed]
         for s in sorted(pointed):
             picked = 0

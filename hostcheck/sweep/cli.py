@@ -34,7 +34,7 @@ from hostcheck.outfile import paths_error, write_report
 from hostcheck.report import now_iso
 from hostcheck.sweep import ranks
 from hostcheck.sweep.contract import DEFAULT_PORT, Contract, ContractError, derive
-from hostcheck.sweep.judge import DRAINED, Judgement, judge
+from hostcheck.sweep.judge import Judgement, judge
 from hostcheck.sweep.record import record_errors
 from hostcheck.sweep.render import build_report, exit_code, render_json, render_text
 
@@ -177,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
         fault = plan.parse_fault(os.environ.get(ranks.FAULT_VAR, ""))
     except ValueError as exc:
         raise _fail(f"{ranks.FAULT_VAR}: {exc}") from None
+    if fault and args.slurm_drain:
+        raise _fail(f"--slurm-drain with {ranks.FAULT_VAR} set: a planted test fault drains no node")
     try:
         cfg = config.from_args(args)
     except config.ConfigError as exc:
@@ -292,14 +294,18 @@ def _rank0(
 
 
 def _drain(j: Judgement, settings: Any) -> bool:
-    """Drain every node a DRAINED finding names (a link: both ends) through the node checks' safe path (admin
-    states left alone); True when scontrol failed. A drained node gets no job, so no later sweep can clear it:
-    the admin resumes it after the repair (docs/sweep.md)."""
+    """Drain every node a drained finding names (a link: both ends; Judgement.drained: none where a test fault was
+    planted, only compute where ranks failed) through the node checks' safe path (admin states left alone); True
+    when scontrol failed. A drained node gets no job, so no later sweep can clear it: the admin resumes it after the
+    repair (docs/sweep.md)."""
     reasons: dict[str, str] = {}
-    for f in j.suspects:
-        if f.id in DRAINED:
-            for i in f.nodes:
-                reasons.setdefault(_slurm_name(j, i), _fit(f"{settings.reason_prefix}: {f.id} {f.brief}"))
+    findings, held = j.drained()
+    if held:
+        with contextlib.suppress(OSError, ValueError):
+            print(f"hostcheck sweep: slurm: {held}", file=sys.stderr)
+    for f in findings:
+        for i in f.nodes:
+            reasons.setdefault(_slurm_name(j, i), _fit(f"{settings.reason_prefix}: {f.id} {f.brief}"))
     failed = False
     for name, reason in reasons.items():
         action = slurm.apply_verdict(name, False, reason, settings, sweep=True)

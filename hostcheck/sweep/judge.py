@@ -8,9 +8,14 @@ which the worker uses to pick what to measure again. What is named:
 - sweep.S001: a rank (a GPU, or a CPU node) whose matmul rate is below its peers': the node and the GPU;
 - sweep.S002: a node slow with every partner (its best rate, or its lowest latency, is past the line);
 - sweep.S003: a link slow between two nodes that reach their peers well elsewhere: both ends;
-- sweep.S004: a node that never joined, or died during the sweep (its last heartbeat says where).
+- sweep.S004: a node that never joined, or died during the sweep (its last heartbeat says where);
+- sweep.S005 (an error, not a suspect): a node whose ranks failed during the sweep: what it did not measure.
 
-A kind of judgement that lacks peers (``sweep_min_peers``) names nothing and says so in the notes.
+A kind of judgement that lacks peers (``sweep_min_peers``) names nothing and says so in the notes. Ranks compare
+with ranks of the same device (an A100 is no slow H100). On gloo the links of a node slow at compute are not
+judged: gloo's transport runs on the CPU the node lacks. Where a rank failed or died, only what stands on its own
+(a rank's compute, measured alone before any exchange) is drained; and nothing is drained from a sweep where a test
+fault was planted (:meth:`Judgement.drained`).
 """
 
 from __future__ import annotations
@@ -30,11 +35,14 @@ FINDINGS = {
     "sweep.S002": "a node is slow with every partner",
     "sweep.S003": "a link is slow between two nodes that are fine elsewhere",
     "sweep.S004": "a node never joined or died during the sweep",
+    "sweep.S005": "a node's ranks failed during the sweep: what it did not measure",
 }
 #: A node slow with every partner (the matrix marks its row).
 NODE_NET = "sweep.S002"
 #: The findings that name a node whose fault hostcheck measured: what --slurm-drain drains.
 DRAINED = ("sweep.S001", "sweep.S002", "sweep.S003")
+#: What stands on its own when a rank failed or died: each rank's matmul runs alone, before any exchange.
+STANDS_ALONE = ("sweep.S001",)
 
 HINTS = {
     "sweep.S001": "check the node's clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its power and "
@@ -47,6 +55,8 @@ HINTS = {
     "counters and the routing (both ends reach other nodes at full rate)",
     "sweep.S004": "check the node is up and its task started (Slurm marks an unresponsive node DOWN by itself); "
     "its last words are in the launcher's log",
+    "sweep.S005": "read the error on that node (the launcher's log holds its ranks' output), fix it and run the "
+    "sweep again: its links and the figures it did not reach are unmeasured, not passed",
 }
 
 
@@ -94,10 +104,35 @@ class Judgement:
     groups: tuple[dict[str, Any], ...]
     notes: tuple[str, ...] = ()
     judged: tuple[str, ...] = field(default=())
+    #: Node ranks whose ranks failed or died mid-sweep: the figures their partners measured with them are cut short.
+    broken: tuple[int, ...] = ()
+    #: Node ranks that carry a test fault (HOSTCHECK_SWEEP_TEST_FAULT).
+    planted: tuple[int, ...] = ()
 
     @property
     def suspects(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.status == Status.FAIL)
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.status == Status.ERROR)
+
+    def drained(self) -> tuple[tuple[Finding, ...], str]:
+        """What --slurm-drain may drain, and why the rest is held back ("" when nothing is). A planted test fault
+        drains nobody (the figures are a test's); a failed or dead rank leaves the pairs and groups it was in cut
+        short, so only the findings that stand on their own (STANDS_ALONE) are drained."""
+        named = tuple(f for f in self.suspects if f.id in DRAINED)
+        if self.planted:
+            return (), "a test fault was planted (HOSTCHECK_SWEEP_TEST_FAULT): nothing drained"
+        if self.broken:
+            kept = tuple(f for f in named if f.id in STANDS_ALONE)
+            held = len(named) - len(kept)
+            return kept, (
+                f"ranks failed or died mid-sweep: {held} network finding(s) not drained (their pairs were cut short)"
+                if held
+                else ""
+            )
+        return named, ""
 
     @property
     def named_hosts(self) -> list[str]:
@@ -158,19 +193,38 @@ def judge(record: Mapping[str, Any], rules: plan.Rules) -> Judgement:
             findings.append(
                 _gone(i, n, f"stopped answering during the sweep (last seen: {n.get('last_phase') or '?'})")
             )
+        elif n.get("state") == "failed":
+            findings.append(_failed(i, n))
+    # A rank that failed while measuring again leaves its node "measured" but its retest pairs missing.
+    erred = {int(e["node"]) for e in record.get("errors") or [] if "node" in e}
+    broken = tuple(sorted(i for i, n in nodes.items() if n.get("state") in ("died", "failed") or i in erred))
+    planted = tuple(sorted(i for i, n in nodes.items() if n.get("fault")))
+    if broken:
+        notes.append(
+            f"{len(broken)} node(s) with ranks that failed or died mid-sweep: what they and their partners did not "
+            "measure is not judged, the sweep is not a pass, and only compute findings are drained"
+        )
 
     # Compute: every rank against every other rank of the same device kind.
     compute = {(int(c["node"]), int(c["local"])): float(c["flops_per_s"]) for c in record["compute"]}
-    slow = plan.low(compute, rules.compute_fraction, rules)
-    peers = plan.peers(compute)
-    if len(compute) - 1 < rules.min_peers:
-        notes.append(
-            f"compute not judged: {len(compute)} ranks measured, the rule needs {rules.min_peers + 1}"
-        )
-    elif compute:
-        judged.append("compute")
+    kinds: dict[str, dict[tuple[int, int], float]] = {}
+    for key, value in compute.items():
+        kinds.setdefault(str(nodes[key[0]].get("device") or "?"), {})[key] = value
+    slow: dict[tuple[int, int], plan.Peer] = {}
+    peers: dict[tuple[int, int], plan.Peer] = {}
+    for device, members in sorted(kinds.items()):
+        if len(members) - 1 < rules.min_peers:
+            notes.append(
+                f"compute not judged for {device}: {len(members)} ranks measured, the rule needs "
+                f"{rules.min_peers + 1}"
+            )
+            continue
+        judged += [] if "compute" in judged else ["compute"]
+        slow.update(plan.low(members, rules.compute_fraction, rules))
+        peers.update(plan.peers(members))
     for (i, local), p in sorted(slow.items()):
         gpu = f" GPU {local}" if int(nodes[i].get("gpus") or 0) else ""
+        device = str(nodes[i].get("device") or "?")
         findings.append(
             Finding(
                 "sweep.S001",
@@ -180,7 +234,7 @@ def judge(record: Mapping[str, Any], rules: plan.Rules) -> Judgement:
                 (_host(nodes, i),),
                 f"{_host(nodes, i)}{gpu} matmul {p.ratio:.0%} of peers",
                 f"{_host(nodes, i)}{gpu}: matmul at {flops(p.value)}, {p.ratio:.0%} of the median of all "
-                f"{p.members} ranks ({flops(p.median)}; modified z-score {p.z:.1f})",
+                f"{p.members} {device} ranks ({flops(p.median)}; modified z-score {p.z:.1f})",
                 HINTS["sweep.S001"],
                 p.value,
                 p.median,
@@ -190,8 +244,24 @@ def judge(record: Mapping[str, Any], rules: plan.Rules) -> Judgement:
         )
 
     # The network: each node's best partner, then the links between nodes that are fine elsewhere.
-    bw, lat, count = plan.best_repeats(record["pairs"])
-    net = plan.network(bw, lat, rules)
+    gpus = {i: int(n.get("gpus") or 0) for i, n in nodes.items()}
+    kept, dropped = plan.complete(record["pairs"], gpus)
+    if dropped:
+        shown = ", ".join(f"{_host(nodes, int(p['a']))}<->{_host(nodes, int(p['b']))}" for p in dropped[:5])
+        notes.append(f"{len(dropped)} pair measurement(s) missing a GPU rail, not judged: {shown}")
+    bw, lat, count = plan.best_repeats(kept)
+    # gloo's transport runs on the CPU: a node slow at compute is slow on every link, its partners are not.
+    excused = {i for i, _local in slow} if record["backend"] == "gloo" else set()
+    net = plan.network(bw, lat, rules, excused)
+    if excused:
+        shown = ", ".join(_host(nodes, i) for i in sorted(excused))
+        notes.append(f"links of {shown} not judged: slow at compute, and gloo moves its bytes on that CPU")
+    if net.few:
+        shown = ", ".join(f"{_host(nodes, i)} ({k})" for i, k in sorted(net.few.items())[:5])
+        notes.append(
+            f"past the line with too few partners to be named slow with all of them (the rule needs "
+            f"{max(2, rules.min_peers)}): {shown}"
+        )
     if len(net.capacity) - 1 < rules.min_peers:
         notes.append(
             f"nodes' network not judged: {len(net.capacity)} nodes paired, the rule needs {rules.min_peers + 1}"
@@ -252,7 +322,16 @@ def judge(record: Mapping[str, Any], rules: plan.Rules) -> Judgement:
                 "suspect": i in named,
             }
         )
-    return Judgement(tuple(findings), tuple(rows), tuple(pairs), tuple(groups), tuple(notes), tuple(judged))
+    return Judgement(
+        tuple(findings),
+        tuple(rows),
+        tuple(pairs),
+        tuple(groups),
+        tuple(notes),
+        tuple(judged),
+        broken,
+        planted,
+    )
 
 
 def _fault(n: Mapping[str, Any]) -> tuple[str, ...]:
@@ -274,6 +353,22 @@ def _gone(i: int, n: Mapping[str, Any], what: str) -> Finding:
         f"{host} {'never joined' if n.get('state') == 'missing' else 'died'}",
         f"{host} (node rank {i}) {what}",
         HINTS["sweep.S004"],
+    )
+
+
+def _failed(i: int, n: Mapping[str, Any]) -> Finding:
+    host = str(n["label"])
+    error = str(n.get("error") or "?")
+    return Finding(
+        "sweep.S005",
+        Status.ERROR,
+        "node",
+        (i,),
+        (host,),
+        f"{host} ranks failed mid-sweep",
+        f"{host} (node rank {i}): a rank failed during the sweep ({error}); its figures after that point and the "
+        "pairs and groups it was in are not measured, so they are not judged",
+        HINTS["sweep.S005"],
     )
 
 

@@ -7,10 +7,12 @@ from typing import Any
 
 from hostcheck.schema import type_errors
 
-_NUM = {"type": "number"}
-_INT = {"type": "integer", "minimum": 0}
+#: Bounds a float holds: 10**400 is valid JSON and an integer float() refuses (OverflowError).
+BIG = 1e18
+_NUM = {"type": "number", "minimum": -BIG, "maximum": BIG}
+_INT = {"type": "integer", "minimum": 0, "maximum": BIG}
 _STR = {"type": "string"}
-_RATE = {"type": "number", "minimum": 0}
+_RATE = {"type": "number", "minimum": 0, "maximum": BIG}
 
 RECORD_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -17,8 +17,9 @@ TEXT_MATRIX_MAX = 16
 
 
 def exit_code(j: Judgement) -> int:
-    """0 when every node was measured, judged and nothing named; 1 otherwise (named, or nothing judged)."""
-    return EXIT_NOT_READY if j.suspects or not j.judged else EXIT_OK
+    """0 when every node was measured, judged and nothing named; 1 otherwise (named, a rank failed or died mid-sweep,
+    or nothing judged): what was not measured never passes."""
+    return EXIT_NOT_READY if j.suspects or j.errors or j.broken or not j.judged else EXIT_OK
 
 
 def build_report(record: dict[str, Any], j: Judgement, meta: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +43,7 @@ def build_report(record: dict[str, Any], j: Judgement, meta: dict[str, Any]) -> 
             "exit_code": exit_code(j),
         },
         "suspects": [f.to_dict() for f in suspects],
+        "unmeasured": [f.to_dict() for f in sorted(j.errors, key=lambda f: f.nodes)],
         "nodes": list(j.nodes),
         "pairs": list(j.pairs),
         "groups": list(j.groups),
@@ -73,10 +75,15 @@ def render_text(report: dict[str, Any]) -> str:
             out.append(f"  {f['id']} {clean(f['message'])}")
             out += [f"      evidence: {clean(e)}" for e in f["evidence"]]
             out.append(f"      fix: {clean(f['hint'])}")
+    elif report.get("unmeasured"):
+        out.append("nothing named, but the sweep is incomplete (see below): not a pass")
     elif v["judged"]:
         out.append(f"nothing named ({', '.join(v['judged'])} judged against their peers)")
     else:
         out.append("nothing judged: too few peers (see the notes)")
+    for f in report.get("unmeasured") or []:
+        out.append(f"  NOT MEASURED {f['id']} {clean(f['message'])}")
+        out.append(f"      fix: {clean(f['hint'])}")
     out.append("")
     out.append(f"{'node':<24} {'state':<9} {'compute':>14} {'best link':>12} {'latency':>10}")
     for n in nodes:

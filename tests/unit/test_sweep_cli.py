@@ -1,7 +1,8 @@
 """``hostcheck sweep`` for real: several node processes on this machine, each started as a launcher starts it (torch's
 contract in its environment), with gloo on loopback and the CPU torch of this venv. One node's sends are throttled
 and another's compute slowed by the test fault (HOSTCHECK_SWEEP_TEST_FAULT, planted on that node alone): rank 0
-must name those two and no other, and drain them through a fake scontrol. Then the faults a sweep must end cleanly
+must name those two and no other, and drain neither through a fake scontrol (a planted fault drains nobody;
+test_sweep_judge drives the drain of measured findings). Then the faults a sweep must end cleanly
 on: a node that never joins, a node killed mid-sweep, a second sweep on the same port.
 
 The nodes share this machine's two cores (and, while the suite runs, with other tests): the loopback's rates and
@@ -146,7 +147,7 @@ def _named(report: dict) -> list[tuple[str, list[int]]]:
     return sorted((f["id"], f["nodes"]) for f in report["suspects"])
 
 
-def test_the_throttled_node_and_the_slow_node_are_named_and_drained(nodes, tmp_path):
+def test_the_throttled_node_and_the_slow_node_are_named_and_not_drained_for_a_test(nodes, tmp_path):
     log = tmp_path / "scontrol.log"
     fake = tmp_path / "bin" / "scontrol"
     fake.parent.mkdir()
@@ -156,7 +157,9 @@ def test_the_throttled_node_and_the_slow_node_are_named_and_drained(nodes, tmp_p
     n = nodes(4)
     faults = {1: "compute_factor=10", 2: "send_bps=8e6"}
     for rank in range(4):
-        n.start(rank, "--slurm-drain", "--op-timeout", "60", fault=faults.get(rank, ""), env=path)
+        # A node carrying the test fault refuses --slurm-drain itself: rank 0 holds it.
+        drain = () if rank in faults else ("--slurm-drain",)
+        n.start(rank, *drain, "--op-timeout", "60", fault=faults.get(rank, ""), env=path)
     got = n.wait()
     assert [got[r][0] for r in range(4)] == [1, 0, 0, 0], got
     report = n.report()
@@ -164,11 +167,8 @@ def test_the_throttled_node_and_the_slow_node_are_named_and_drained(nodes, tmp_p
     assert report["launcher"] == "env" and report["backend"] == "gloo" and report["rounds"]["pairs"] == 3
     # Each finding says the fault was a test's, planted on that node.
     assert all("a test fault was planted on this node" in " ".join(f["evidence"]) for f in report["suspects"])
-    updates = [line.split() for line in log.read_text().splitlines() if line.startswith("update")]
-    assert sorted(u[1] for u in updates) == ["nodename=n1", "nodename=n2"]
-    reasons = [line.split("reason=", 1)[1] for line in log.read_text().splitlines() if "reason=" in line]
-    assert sorted(r.split()[1] for r in reasons) == ["sweep.S001", "sweep.S002"]
-    assert all(r.startswith("hostcheck: sweep.S00") and len(r) <= 80 for r in reasons)
+    assert not log.exists() or "update" not in log.read_text()
+    assert "a test fault was planted (HOSTCHECK_SWEEP_TEST_FAULT): nothing drained" in got[0][2]
     assert "NAMED: " in got[0][1] and "measured; rank 0 at 127.0.0.1 writes the report" in got[3][1]
     assert n.left() == []
 

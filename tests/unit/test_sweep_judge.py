@@ -211,3 +211,171 @@ def test_fleet_takes_a_healthy_sweep_and_refuses_a_broken_one(tmp_path):
     assert main(["fleet", str(reports), "--sweep", str(tmp_path / "bad.json")]) == 2
     (tmp_path / "link.json").symlink_to(sweep)
     assert main(["fleet", str(reports), "--sweep", str(tmp_path / "link.json")]) == 2
+
+
+# --------------------------------------------------------------------------------------------- incomplete sweeps
+
+
+def test_a_node_whose_ranks_failed_is_an_error_and_the_sweep_does_not_pass():
+    record = _cluster(8, 7, {}).record()
+    assert exit_code(judge(record, RULES)) == 0
+    # What the worker writes for a rank that raised mid-sweep (hostcheck.inside.sweep: state failed, its error).
+    record["nodes"][3] = {**record["nodes"][3], "state": "failed", "error": "pairs: Connection reset by peer"}
+    record["errors"] = [{"rank": 3, "node": 3, "error": "pairs: Connection reset by peer"}]
+    j = judge(record, RULES)
+    assert j.suspects == () and [(f.id, f.status, f.nodes) for f in j.errors] == [
+        ("sweep.S005", Status.ERROR, (3,))
+    ]
+    assert "Connection reset by peer" in j.errors[0].message and exit_code(j) == 1
+    report = build_report(record, j, {**META, "thresholds": RULES.to_dict()})
+    jsonschema.validate(json.loads(render_json(report)), SCHEMA)
+    text = render_text(report)
+    assert "nothing named, but the sweep is incomplete" in text and "NOT MEASURED sweep.S005" in text
+    assert report["verdict"]["exit_code"] == 1 and report["unmeasured"][0]["nodes"] == [3]
+
+
+def test_where_ranks_failed_only_a_finding_that_stands_alone_is_drained():
+    record = _cluster(8, 7, {"slow_nic": {6: 0.4}, "slow_compute": {1: 0.5}}).record()
+    drained, held = judge(record, RULES).drained()
+    assert sorted(f.id for f in drained) == ["sweep.S001", "sweep.S002"] and held == ""
+    record["nodes"][3] = {**record["nodes"][3], "state": "died", "last_phase": "main pairs round 2 of 7"}
+    j = judge(record, RULES)
+    drained, held = j.drained()
+    # The slow-NIC node is still named (exit 1), but its pairs were cut short: not drained; the slow GPU is.
+    assert [f.id for f in drained] == ["sweep.S001"] and "1 network finding(s) not drained" in held
+    assert ("sweep.S002", (6,)) in [(f.id, f.nodes) for f in j.suspects]
+
+
+def test_a_planted_test_fault_drains_nobody():
+    record = _cluster(8, 7, {"slow_nic": {6: 0.4}}).record()
+    assert [f.nodes for f in judge(record, RULES).drained()[0]] == [(6,)]
+    record["nodes"][6]["fault"] = {"send_bps": 8e6}
+    drained, held = judge(record, RULES).drained()
+    assert drained == () and "HOSTCHECK_SWEEP_TEST_FAULT" in held
+
+
+def _rails(record, gpus, short=None):
+    """The record as nodes of ``gpus`` GPUs each report it: a pair's rate summed over min(gpus_a, gpus_b) rails
+    (hostcheck.inside.sweep_plan.node_pairs); ``short`` is a node pair one rail short (a rank that never posted)."""
+    for n in record["nodes"]:
+        n["gpus"] = gpus.get(n["node"], 8)
+    for p in record["pairs"]:
+        rails = min(gpus.get(p["a"], 8), gpus.get(p["b"], 8))
+        if short and plan.pair(p["a"], p["b"]) == short:
+            rails -= 1
+        p["rails"] = rails
+        p["bytes_per_s"] *= rails
+    return record
+
+
+def test_a_node_with_fewer_gpus_is_judged_per_rail_and_not_named():
+    record = _rails(_cluster(8, 7, {}).record(), {5: 4})
+    assert judge(record, RULES).suspects == ()
+    slow = _rails(_cluster(8, 7, {"slow_nic": {5: 0.4}}).record(), {5: 4})
+    assert named(slow) == [("sweep.S002", (5,))]
+
+
+def test_a_pair_missing_a_rail_is_dropped_and_said_not_judged_as_slow():
+    record = _rails(_cluster(8, 7, {}).record(), {}, short=(2, 6))
+    j = judge(record, RULES)
+    assert j.suspects == () and any(
+        "missing a GPU rail, not judged" in n and "gpu0002<->gpu0006" in n for n in j.notes
+    )
+
+
+def test_a_node_with_too_few_partners_is_not_named_slow_with_all_of_them():
+    # A slow node whose rails went missing with all partners but one: one partner is no evidence of "every partner".
+    record = _cluster(8, 7, {"slow_nic": {6: 0.4}}).record()
+    assert named(record) == [("sweep.S002", (6,))]
+    for p in record["pairs"]:
+        if 6 in (p["a"], p["b"]) and 0 not in (p["a"], p["b"]):
+            p["rails"] = 0
+    for n in record["nodes"]:
+        n["gpus"] = 1
+    j = judge(record, RULES)
+    assert [f.id for f in j.suspects] == [] and any(
+        "too few partners" in n and "gpu0006 (1)" in n for n in j.notes
+    )
+
+
+def test_mixed_gpu_models_are_judged_within_their_own_kind():
+    record = _cluster(8, 7, {"slow_compute": {0: 0.6, 1: 0.6, 2: 0.6, 3: 0.6}}).record()
+    for n in record["nodes"]:
+        n["device"] = "NVIDIA A100-SXM4-80GB" if n["node"] < 4 else "NVIDIA H100 80GB HBM3"
+    assert judge(record, RULES).suspects == ()
+    # One A100 slower than the other three A100s is still named, against its own kind.
+    record["compute"][2]["flops_per_s"] *= 0.5
+    j = judge(record, RULES)
+    assert [(f.id, f.nodes) for f in j.suspects] == [("sweep.S001", (2,))]
+    assert "of the median of all 4 NVIDIA A100-SXM4-80GB ranks" in j.suspects[0].message
+
+
+def test_on_gloo_a_node_slow_at_compute_has_its_links_excused():
+    # gloo moves bytes on the CPU: a node with a tenth of a CPU is slow on every link, and slower with some partners
+    # than others; the sweep names it at compute, and neither it nor a partner by its links.
+    record = _cluster(8, 7, {"slow_compute": {3: 0.1}, "slow_link": {(3, 5): 0.3}}).record()
+    assert ("sweep.S003", (3, 5)) in named(record) and record["backend"] == "nccl"
+    record["backend"] = "gloo"
+    j = judge(record, RULES)
+    assert [(f.id, f.nodes) for f in j.suspects] == [("sweep.S001", (3,))]
+    assert any("links of gpu0003 not judged" in n for n in j.notes)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: r["compute"][0].update(flops_per_s=10**400),
+        lambda r: r["pairs"][0].update(bytes_per_s=10**400),
+        lambda r: r["pairs"][0].update(rails=10**400),
+        lambda r: r.update(wall_s=-(10**400)),
+    ],
+)
+def test_a_number_no_float_holds_is_refused_before_judging(change):
+    record = _record()
+    change(record)
+    assert record_errors(record), "a 400-digit integer must not reach float()"
+
+
+# --------------------------------------------------------------------------------------------- --slurm-drain
+
+
+def _drained_through(tmp_path, record):
+    from test_sweep_cli import FAKE_SCONTROL
+
+    from hostcheck.config import SlurmSettings
+    from hostcheck.sweep import cli
+
+    log = tmp_path / "scontrol.log"
+    fake = tmp_path / "scontrol"
+    fake.write_text(FAKE_SCONTROL.format(log=log))
+    fake.chmod(0o755)
+    assert cli._drain(judge(record, RULES), SlurmSettings(scontrol=str(fake))) is False
+    text = log.read_text() if log.exists() else ""
+    return sorted(line.split()[1] for line in text.splitlines() if line.startswith("update"))
+
+
+def test_drain_takes_the_named_nodes_and_holds_back_a_planted_faults(tmp_path, capsys):
+    record = _cluster(8, 7, {"slow_link": {(4, 5): 0.3}}).record()
+    assert _drained_through(tmp_path, record) == ["nodename=gpu0004", "nodename=gpu0005"]
+    reasons = [
+        ln.split("reason=", 1)[1]
+        for ln in (tmp_path / "scontrol.log").read_text().splitlines()
+        if "reason=" in ln
+    ]
+    assert reasons and all(
+        r.startswith("hostcheck: sweep.S003 link gpu0004<->gpu0005") and len(r) <= 80 for r in reasons
+    )
+    (tmp_path / "scontrol.log").unlink()
+    record["nodes"][4]["fault"] = {"send_bps": 8e6}
+    assert _drained_through(tmp_path, record) == []
+    assert "a test fault was planted (HOSTCHECK_SWEEP_TEST_FAULT): nothing drained" in capsys.readouterr().err
+
+
+def test_a_node_with_a_planted_fault_refuses_slurm_drain(monkeypatch, capsys):
+    from hostcheck.command import main
+
+    for k, v in {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("HOSTCHECK_SWEEP_TEST_FAULT", "send_bps=8e6")
+    assert main(["sweep", "--slurm-drain", "--device", "cpu"]) == 2
+    assert "--slurm-drain with HOSTCHECK_SWEEP_TEST_FAULT set" in capsys.readouterr().err
