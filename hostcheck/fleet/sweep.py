@@ -13,8 +13,10 @@ from hostcheck.check.render.markdown import html_text, md_cell
 from hostcheck.fleet.reports import read_json
 from hostcheck.schema import sweep_schema, type_errors
 
-#: A sweep of 16,384 nodes in hypercube pairs is about 150,000 pairs: some tens of MiB of JSON.
-MAX_SWEEP_BYTES = 256 << 20
+#: A sweep of 16,384 nodes in hypercube pairs is about 115,000 pairs plus the retests (docs/sweep.md: 34 MiB of
+#: JSON); 64 MiB holds that with room, and bounds what a hostile file costs to parse (Python's json takes some ten
+#: times the text in memory).
+MAX_SWEEP_BYTES = 64 << 20
 #: The heat map shows at most this many nodes: the suspects first, then their partners, then the rest in order.
 HEATMAP_MAX = 64
 
@@ -24,13 +26,40 @@ def read_sweep(path: str) -> dict[str, Any]:
     data = read_json(path, MAX_SWEEP_BYTES)
     if not isinstance(data, dict) or data.get("kind") != "sweep":
         raise ValueError("not a hostcheck sweep report")
-    wrong = type_errors(data, sweep_schema())
+    schema = sweep_schema()
+    wrong = type_errors(data, schema) or missing_keys(data, schema, schema)
     if wrong:
         raise ValueError("; ".join(wrong))
     nodes = {n.get("node") for n in data.get("nodes") or []}
     if any(p.get("a") not in nodes or p.get("b") not in nodes for p in data.get("pairs") or []):
         raise ValueError("a pair names a node the report does not list")
     return data
+
+
+def missing_keys(value: Any, schema: Any, root: dict[str, Any], where: str = "") -> list[str]:
+    """The keys ``schema`` requires that ``value`` lacks, at every depth (the type check leaves ``required`` out:
+    a node's report may lack a key, but the page reads a sweep report's required keys without a default)."""
+    if not isinstance(schema, dict):
+        return []
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return missing_keys(value, root.get("$defs", {}).get(ref[len("#/$defs/") :]), root, where)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            gone = missing_keys(item, schema["items"], root, f"{where}[{i}]")
+            if gone:
+                return gone
+    if not isinstance(value, dict):
+        return []
+    gone = [k for k in schema.get("required") or [] if k not in value]
+    if gone:
+        return [f"{where or 'the report'} lacks {', '.join(gone)}"]
+    for key, sub in (schema.get("properties") or {}).items():
+        if key in value:
+            got = missing_keys(value[key], sub, root, f"{where}.{key}" if where else key)
+            if got:
+                return got
+    return []
 
 
 def _label(n: dict[str, Any]) -> str:

@@ -2859,6 +2859,89 @@ SWEEP_ATTACKS = [
 ATTACKS += SWEEP_ATTACKS
 
 
+# --- hostcheck fleet --sweep: the sweep's report is another machine's file ------------------------------------------
+
+
+def _sweep_report(change: Callable[[dict[str, Any]], Any] | None = None) -> str:
+    """A simulated 8-node sweep's report (tests/unit/fixtures/sweep_sim.py, judged by the real code), changed."""
+    from fixtures.sweep_sim import Cluster
+
+    from hostcheck.inside import sweep_plan
+    from hostcheck.sweep.judge import judge
+    from hostcheck.sweep.render import build_report
+
+    record = Cluster(8, seed=7, slow_link={(4, 5): 0.3}).record()
+    rules = sweep_plan.Rules()
+    report = build_report(record, judge(record, rules), {"time": "t", "thresholds": rules.to_dict()})
+    if change:
+        change(report)
+    return json.dumps(report)
+
+
+def _fleet_sweep(plant: Callable[[Ctx], str], needle: str) -> Callable[[Ctx], Run]:
+    """``hostcheck fleet nodes --sweep PATH`` with one good node and the planted sweep report: refused (exit 2)
+    naming what is wrong, no page written."""
+
+    def build(c: Ctx) -> Run:
+        d = c.root / "nodes"
+        d.mkdir()
+        (d / "gpu001.json").write_text(_node_report("gpu001"))
+        argv = ["fleet", str(d), "--sweep", plant(c), "--out", c.p("out")]
+        return Run(argv, USAGE, needle=needle, reports=("out",))
+
+    return build
+
+
+def _sweep_file(change: Callable[[dict[str, Any]], Any] | None = None) -> Callable[[Ctx], str]:
+    def plant(c: Ctx) -> str:
+        path = c.root / "sweep.json"
+        path.write_text(_sweep_report(change))
+        return str(path)
+
+    return plant
+
+
+def _sweep_link(target: str) -> Callable[[Ctx], str]:
+    def plant(c: Ctx) -> str:
+        os.symlink(target, c.p("sweep.json"))
+        return c.p("sweep.json")
+
+    return plant
+
+
+FLEET_SWEEP_ATTACKS = [
+    A(
+        "fleet-sweep-verdict-without-hosts",
+        _fleet_sweep(_sweep_file(lambda r: r["verdict"].pop("hosts")), "verdict lacks hosts"),
+    ),
+    A(
+        "fleet-sweep-pair-without-latency",
+        _fleet_sweep(_sweep_file(lambda r: r["pairs"][0].pop("latency_s")), "pairs[0] lacks latency_s"),
+    ),
+    A(
+        "fleet-sweep-suspect-without-nodes",
+        _fleet_sweep(_sweep_file(lambda r: r["suspects"][0].pop("nodes")), "suspects[0] lacks nodes"),
+    ),
+    A(
+        "fleet-sweep-without-pairs",
+        _fleet_sweep(_sweep_file(lambda r: r.pop("pairs")), "the report lacks pairs"),
+    ),
+    A(
+        "fleet-sweep-rate-of-400-digits",
+        _fleet_sweep(
+            _sweep_file(lambda r: r["pairs"][0].update(bytes_per_s=10**400)), "pairs[0].bytes_per_s"
+        ),
+    ),
+    A("fleet-sweep-symlink-to-dev-zero", _fleet_sweep(_sweep_link("/dev/zero"), "symbolic link")),
+    A("fleet-sweep-dev-zero", _fleet_sweep(lambda c: "/dev/zero", "/dev/zero")),
+    A(
+        "fleet-sweep-sparse-100mb",
+        _fleet_sweep(lambda c: _sparse(c.p("sweep.json"), 100 << 20, b"{"), "bytes"),
+    ),
+]
+ATTACKS += FLEET_SWEEP_ATTACKS
+
+
 def _no_escape(text: str) -> None:
     assert "\x1b" not in text and "\x07" not in text, text
 
