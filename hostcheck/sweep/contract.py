@@ -92,6 +92,9 @@ def expand_hostlist(text: str, name: str = "SLURM_JOB_NODELIST") -> tuple[str, .
         for part in re.split(r"(\[[^\]]*\])", item):
             if part.startswith("["):
                 numbers = _ranges(part[1:-1], text, name)
+                # The bound before the product: r[0-60000]n[0-60000] would build 3.6 billion names first.
+                if len(names) * len(numbers) + len(out) > MAX_NODES:
+                    raise ContractError(name, f"more than {MAX_NODES} hosts")
                 names = [n + x for n in names for x in numbers]
             else:
                 names = [n + part for n in names]

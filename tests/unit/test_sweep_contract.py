@@ -141,3 +141,17 @@ def test_a_node_runs_one_rank_per_gpu_it_sees(tmp_path):
     assert local_gpus("auto", {"CUDA_VISIBLE_DEVICES": "-1"}, str(tmp_path)) == 0
     assert local_gpus("cpu", {}, str(tmp_path)) == 0
     assert local_gpus("auto", {}, str(tmp_path / "absent")) == 0
+
+
+def test_a_host_list_past_the_bound_is_refused_before_it_is_built():
+    import tracemalloc
+
+    # 10,000 x 100 names: over MAX_NODES; refused from the two ranges' lengths, not after a million names exist.
+    tracemalloc.start()
+    try:
+        with pytest.raises(ContractError, match=f"more than {MAX_NODES} hosts"):
+            expand_hostlist("r[0-9999]n[00-99]")
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak} bytes held on the way to a refusal"
