@@ -114,6 +114,7 @@ class Worker:
                 "torch": str(torch.__version__),
                 "device": self.device_name(torch),
                 "fault": self.fault,
+                "world": self.nodes,
             }
             self.store.set(f"node/{self.node}", json.dumps(me))
             self.store.add("joined", 1)
@@ -125,7 +126,7 @@ class Worker:
             raise Abort("unreachable", f"rank 0 published no plan: {_last_line(exc)}") from None
         got = json.loads(self.store.get("plan"))
         if got.get("abort"):
-            raise Abort("aborted", str(got["abort"]))
+            raise Abort(str(got.get("kind") or "aborted"), str(got["abort"]))
         if self.node not in got["members"]:
             raise Abort(
                 "aborted", f"node rank {self.node} joined after the join timeout: left out of this sweep"
@@ -141,6 +142,14 @@ class Worker:
             if self.store.check([f"node/{i}"]):
                 info[i] = json.loads(self.store.get(f"node/{i}"))
         members = sorted(info)
+        # A node told another WORLD_SIZE (a hand-set launch) joins a sweep it cannot finish: refuse it by name.
+        other = [i for i in members if int(info[i].get("world", self.nodes)) != self.nodes]
+        if other:
+            said = ", ".join(f"node {i} ({info[i]['host']}) {info[i]['world']}" for i in other[:5])
+            return {
+                "abort": f"WORLD_SIZE differs between nodes: node 0 has {self.nodes}, {said}",
+                "kind": "contract",
+            }
         odd = [i for i in members if info[i]["backend"] != self.backend]
         if odd:
             said = ", ".join(f"node {i} ({info[i]['host']}) {info[i]['backend']}" for i in odd)
@@ -171,9 +180,18 @@ class Worker:
         try:
             self.connect()
             got = self.join(torch)
+            self.sweep(got)
         except Abort as exc:
             emit({"node": self.node, "local": self.local, "kind": exc.kind, "error": str(exc)})
-            return 0
+        except Exception as exc:  # the store gone (rank 0's node died): torch raises its own errors
+            said = (
+                f"{self.phase}: the sweep's store stopped answering (rank 0's node gone?): {_last_line(exc)}"
+            )
+            emit({"node": self.node, "local": self.local, "kind": "aborted", "error": said})
+        return 0
+
+    def sweep(self, got: dict[str, Any]) -> None:
+        """Measure, post the results, measure again what rank 0 asks, post again; rank 0 emits the record."""
         self.members = list(got["members"])
         self.offsets = {int(k): int(v) for k, v in got["offsets"].items()}
         self.info = {int(k): v for k, v in got["info"].items()}
@@ -190,17 +208,18 @@ class Worker:
         }
         error = self.measure(mine)
         mine["error"] = error
+        self.phase = "posting results"
         self.store.set(f"main/{self.rank}", json.dumps(mine))
         retest = self.retest_plan(mine) if self.first else None
         final: dict[str, Any] = {"rank": self.rank, "node": self.node, "local": self.local, "pairs": []}
         if error is None:
             final["error"] = self.run_retest(final)
+        self.phase = "posting retest results"
         self.store.set(f"final/{self.rank}", json.dumps(final))
         if self.first:
             emit({"record": self.record(retest or {})})
         else:
             emit({"node": self.node, "local": self.local, "rank": self.rank, "kind": "done", "error": error})
-        return 0
 
     def measure(self, mine: dict[str, Any]) -> str | None:
         torch, dist = self.torch, self.dist

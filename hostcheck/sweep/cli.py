@@ -232,8 +232,9 @@ def _said(runs: list[ProbeRun]) -> tuple[dict[str, Any] | None, list[str], list[
     return record, kinds, problems
 
 
-#: The kinds of a rank's record that mean this node could not take part (exit 2): its environment or the port.
-SETUP_KINDS = ("torch", "port", "taken", "unreachable")
+#: The kinds of a rank's record that mean this node could not take part (exit 2): its environment, the port, or a
+#: contract variable the nodes disagree on (WORLD_SIZE).
+SETUP_KINDS = ("torch", "port", "taken", "unreachable", "contract")
 
 
 def _other_node(contract: Contract, runs: list[ProbeRun], quiet: bool) -> int:
