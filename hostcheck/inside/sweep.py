@@ -12,7 +12,9 @@ already holds it), under a prefix of the run's id:
    store; rank 0 picks what to measure again, every rank does, and posts its last results;
 3. rank 0 reads them all (a rank that never posts died: its last heartbeat says where) and prints the record.
 
-Every rank prints one record line (launch.MARKER) and leaves with ``os._exit``: a process group that lost a peer
+Every rank prints one record line (launch.MARKER) and leaves with ``os._exit``; rank 0's record (every rank's
+figures: tens of MiB at 16,384 nodes, past what is read back of a child's output) goes to the file the
+orchestrator names (``record_path``, a new file in a private folder), its line saying where: a process group that lost a peer
 can hang in its destructor. The test faults (HOSTCHECK_SWEEP_TEST_FAULT, parsed by sweep_plan.parse_fault) slow
 this node's sends or its compute; they exist for the tests and are carried into the record.
 """
@@ -217,7 +219,7 @@ class Worker:
         self.phase = "posting retest results"
         self.store.set(f"final/{self.rank}", json.dumps(final))
         if self.first:
-            emit({"record": self.record(retest or {})})
+            self.emit_record(self.record(retest or {}))
         else:
             emit({"node": self.node, "local": self.local, "rank": self.rank, "kind": "done", "error": error})
 
@@ -494,6 +496,21 @@ class Worker:
         return None
 
     # ------------------------------------------------------------------------------------------------ record
+
+    def emit_record(self, record: dict[str, Any]) -> None:
+        """Rank 0's record into ``record_path`` (created here, never over a file), or on its line without one."""
+        path = self.a.get("record_path")
+        if not path:
+            emit({"record": record})
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(record, f, separators=(",", ":"))
+        except OSError as exc:
+            emit({"node": 0, "local": 0, "kind": "record", "error": f"writing its record to {path}: {exc}"})
+            return
+        emit({"record_file": path})
 
     def record(self, retest: dict[str, Any]) -> dict[str, Any]:
         """Rank 0's record: every node and rank, what each measured, who failed and who was never heard."""

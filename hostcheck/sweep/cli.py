@@ -14,14 +14,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import os
 import socket
 import sys
+import tempfile
 import time
 from argparse import ArgumentError
 from typing import Any
 
-from hostcheck import config, slurm
+from hostcheck import config, infile, slurm
 from hostcheck.argtypes import seconds
 from hostcheck.check.render.summary import clean, fit
 from hostcheck.child.launch import ProbeRun, python_arg
@@ -208,10 +210,13 @@ def run(args: argparse.Namespace) -> int:
         ranks.worker_args(contract, lay, g, args.all_pairs_max, rules, fault, slurm_node)
         for g in range(max(1, gpus))
     ]
-    runs = ranks.start(python, wargs, env, lay.limit_s)
     if contract.rank != 0:
-        return _other_node(contract, runs, args.quiet)
-    return _rank0(args, contract, runs, rules, cfg, started)
+        return _other_node(contract, ranks.start(python, wargs, env, lay.limit_s), args.quiet)
+    # Rank 0's record goes to a file of a private folder of this run (removed with it): read back bounded.
+    with tempfile.TemporaryDirectory(prefix="hostcheck-sweep-") as folder:
+        wargs[0]["record_path"] = os.path.join(folder, "record.json")
+        runs = ranks.start(python, wargs, env, lay.limit_s)
+        return _rank0(args, contract, runs, rules, cfg, started)
 
 
 def _said(runs: list[ProbeRun]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
@@ -220,6 +225,21 @@ def _said(runs: list[ProbeRun]) -> tuple[dict[str, Any] | None, list[str], list[
     kinds, problems = [], []
     for local, r in enumerate(runs):
         data = r.data
+        if "record_file" in data:
+            try:
+                record = json.loads(
+                    infile.read_text(str(data["record_file"]), MAX_RECORD_BYTES, follow=False)
+                )
+            except infile.ReadError as exc:
+                kinds.append("record")
+                problems.append(
+                    f"rank 0's record {exc.why} (its bound: MAX_RECORD_BYTES, {MAX_RECORD_BYTES} bytes)"
+                )
+            except ValueError as exc:  # RecursionError is a RuntimeError: the JSON nests past Python's limit
+                problems.append(f"rank 0's record is not JSON: {exc}")
+            except RecursionError:
+                problems.append("rank 0's record is not JSON: nested too deeply")
+            continue
         if "record" in data:
             record = data["record"]
             continue
@@ -232,9 +252,13 @@ def _said(runs: list[ProbeRun]) -> tuple[dict[str, Any] | None, list[str], list[
     return record, kinds, problems
 
 
+#: Rank 0's record at most: 16,384 nodes of 8 GPUs are about 131,000 ranks' compute rows and 115,000 node pairs
+#: with their retests, some 40 MiB (docs/sweep.md); a record past this is refused, naming the bound.
+MAX_RECORD_BYTES = 256 << 20
+
 #: The kinds of a rank's record that mean this node could not take part (exit 2): its environment, the port, or a
-#: contract variable the nodes disagree on (WORLD_SIZE).
-SETUP_KINDS = ("torch", "port", "taken", "unreachable", "contract")
+#: contract variable the nodes disagree on (WORLD_SIZE), or rank 0's record it could not write or read back.
+SETUP_KINDS = ("torch", "port", "taken", "unreachable", "contract", "record")
 
 
 def _other_node(contract: Contract, runs: list[ProbeRun], quiet: bool) -> int:

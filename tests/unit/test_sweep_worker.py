@@ -134,3 +134,48 @@ def test_nodes_started_with_different_world_sizes_are_refused_naming_world_size(
     # The same nodes agreeing on WORLD_SIZE: both swept.
     store.set("node/1", json.dumps({"node": 1, "host": "n1", "gpus": 0, "backend": "gloo", "world": 2}))
     assert w.make_plan()["members"] == [0, 1]
+
+
+# --------------------------------------------------------------------------------------------- rank 0's record
+
+
+def test_rank_0s_record_goes_to_the_named_file_and_back_through_the_bounded_reader(
+    tmp_path, monkeypatch, capsys
+):
+    from hostcheck.child.launch import ProbeRun
+    from hostcheck.sweep import cli
+
+    # A record larger than what is read back of a child's output (RECORDS_CAP, 8 MiB): 16,384 nodes' worth of rows.
+    row = {"flops_per_s": 7.1e14, "step_s": 1.55e-3, "batches": 20, "steps": 32}
+    record = {
+        "sweep": 1,
+        "compute": [{"rank": r, "node": r // 8, "local": r % 8, **row} for r in range(131072)],
+    }
+    w = sweep.Worker({**_args(0), "record_path": str(tmp_path / "record.json")})
+    w.emit_record(record)
+    (said,) = _records(capsys.readouterr().out)
+    assert said == {"record_file": str(tmp_path / "record.json")}
+    assert (tmp_path / "record.json").stat().st_size > 8 << 20
+    got, _kinds, problems = cli._said([ProbeRun("sweep", (said,))])
+    assert got == record and problems == []
+    # Past the bound: refused, the bound named, exit 2 (no report rather than a partial one).
+    monkeypatch.setattr(cli, "MAX_RECORD_BYTES", 1 << 20)
+    got, kinds, problems = cli._said([ProbeRun("sweep", (said,))])
+    assert got is None and kinds == ["record"] and "MAX_RECORD_BYTES, 1048576 bytes" in problems[0]
+
+
+def test_a_record_file_that_is_a_link_is_refused(tmp_path):
+    from hostcheck.child.launch import ProbeRun
+    from hostcheck.sweep import cli
+
+    (tmp_path / "record.json").symlink_to("/dev/zero")
+    got, kinds, problems = cli._said([ProbeRun("sweep", ({"record_file": str(tmp_path / "record.json")},))])
+    assert got is None and kinds == ["record"] and "symbolic link" in problems[0]
+
+
+def test_the_record_is_never_written_over_a_file_already_there(tmp_path, capsys):
+    (tmp_path / "record.json").write_text("precious")
+    sweep.Worker({**_args(0), "record_path": str(tmp_path / "record.json")}).emit_record({"sweep": 1})
+    (said,) = _records(capsys.readouterr().out)
+    assert said["kind"] == "record" and "File exists" in said["error"]
+    assert (tmp_path / "record.json").read_text() == "precious"
