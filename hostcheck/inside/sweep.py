@@ -14,9 +14,12 @@ already holds it), under a prefix of the run's id:
 
 Every rank prints one record line (launch.MARKER) and leaves with ``os._exit``; rank 0's record (every rank's
 figures: tens of MiB at 16,384 nodes, past what is read back of a child's output) goes to the file the
-orchestrator names (``record_path``, a new file in a private folder), its line saying where: a process group that lost a peer
+orchestrator names (``record_path``, a new file of an unguessable name, created at the end), its line saying where: a process group that lost a peer
 can hang in its destructor. The test faults (HOSTCHECK_SWEEP_TEST_FAULT, parsed by sweep_plan.parse_fault) slow
 this node's sends or its compute; they exist for the tests and are carried into the record.
+
+Why one module: it is one rank's life (connect, join, measure, post, retest, record) on one object's state, run as
+``-m`` in the training Python where only torch, the standard library and sweep_plan may be imported.
 """
 
 from __future__ import annotations
@@ -276,7 +279,7 @@ class Worker:
 
     def compute(self, mine: dict[str, Any]) -> None:
         """A fixed matmul, every rank at once: its rate in FLOP/s over batches longer than the scheduler's period
-        (a CPU quota shows in every batch), the best batch (see :meth:`timed`)."""
+        (a CPU quota below what the rank uses shows in every batch), the best batch (see :meth:`timed`)."""
         torch, n = self.torch, int(self.sizes["matmul_n"])
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         g = torch.Generator(device="cpu").manual_seed(0)

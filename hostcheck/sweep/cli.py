@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 import socket
 import sys
 import tempfile
@@ -212,11 +213,16 @@ def run(args: argparse.Namespace) -> int:
     ]
     if contract.rank != 0:
         return _other_node(contract, ranks.start(python, wargs, env, lay.limit_s), args.quiet)
-    # Rank 0's record goes to a file of a private folder of this run (removed with it): read back bounded.
-    with tempfile.TemporaryDirectory(prefix="hostcheck-sweep-") as folder:
-        wargs[0]["record_path"] = os.path.join(folder, "record.json")
+    # Rank 0's record goes to a file of an unguessable name that its worker creates only at the end (never over a
+    # file, never through a link), read back bounded and removed: a SIGKILL while the ranks run leaves nothing.
+    path = os.path.join(tempfile.gettempdir(), f"hostcheck-sweep-{secrets.token_hex(16)}.json")
+    wargs[0]["record_path"] = path
+    try:
         runs = ranks.start(python, wargs, env, lay.limit_s)
         return _rank0(args, contract, runs, rules, cfg, started)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _said(runs: list[ProbeRun]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
