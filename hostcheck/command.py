@@ -66,6 +66,7 @@ SUBCOMMANDS: dict[str, str] = {
     "fleet": "hostcheck.fleet.cli",
     "job": "hostcheck.job.cli",
     "baseline": "hostcheck.baseline.cli",
+    "sweep": "hostcheck.sweep.cli",
 }
 #: The command run when none is named.
 DEFAULT = "check"

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 REPORT_SCHEMA = Path(__file__).resolve().parent / "data" / "hostcheck-report.schema.json"
+#: ``hostcheck sweep --json``'s report, which ``hostcheck fleet --sweep`` reads.
+SWEEP_SCHEMA = REPORT_SCHEMA.parent / "sweep-report.schema.json"
 #: How many problems one check names (the first few say enough).
 MAX_ERRORS = 5
 
@@ -42,6 +44,13 @@ def report_schema() -> dict[str, Any]:
     if "report" not in _cache:
         _cache["report"] = json.loads(REPORT_SCHEMA.read_text(encoding="utf-8"))
     return _cache["report"]
+
+
+def sweep_schema() -> dict[str, Any]:
+    """The sweep report's schema (shipped with hostcheck)."""
+    if "sweep" not in _cache:
+        _cache["sweep"] = json.loads(SWEEP_SCHEMA.read_text(encoding="utf-8"))
+    return _cache["sweep"]
 
 
 def _short(value: Any) -> str:

@@ -191,31 +191,45 @@ def drain_reason(report: Report, prefix: str) -> str:
     return headline(report, limit=REASON_MAX, prefix=prefix)
 
 
-def ours(state: NodeState, prefix: str) -> bool:
-    return state.reason.startswith(f"{prefix}:")
+#: The drains of ``hostcheck sweep`` (reason ``<prefix>: sweep.S...``): a node's own checks cannot see what the
+#: sweep saw (a link, a node slower than its peers), so only a sweep resumes them.
+SWEEP = "sweep."
+
+
+def ours(state: NodeState, prefix: str, sweep: bool = False) -> bool:
+    """Whether the node's drain is this command's: the sweep's (``sweep``) or the node checks' (every other
+    reason that carries the prefix)."""
+    return state.reason.startswith(f"{prefix}:") and state.reason.startswith(f"{prefix}: {SWEEP}") == sweep
 
 
 def decide(report: Report, state: NodeState, prefix: str) -> Action:
     """What to do with this node, given this run's verdict and the node's state in Slurm. Pure."""
+    reason = "" if report.verdict.ready else drain_reason(report, prefix)
+    return decide_verdict(report.verdict.ready, reason, state, prefix)
+
+
+def decide_verdict(ready: bool, reason: str, state: NodeState, prefix: str, sweep: bool = False) -> Action:
+    """:func:`decide` for any verdict: ``ready``, else drained with ``reason``; ``sweep``: the sweep's drains are
+    ours, the node checks' are not (and the reverse without it). Pure."""
     name = state.name
     why = f" ({state.reason})" if state.reason else ""
     others = state.not_ours
     if others:
-        verdict = "healthy" if report.verdict.ready else "not ready"
+        verdict = "healthy" if ready else "not ready"
         return Action(
             "leave",
             name,
             f"{name} is {verdict} but left as it is: {'+'.join(state.flags)}{why}; "
             f"{', '.join(others)} is not {prefix}'s to change",
         )
-    if report.verdict.ready:
-        if state.drained and ours(state, prefix):
+    if ready:
+        if state.drained and ours(state, prefix, sweep):
             return Action("resume", name, f"resume {name}: healthy again (was: {state.reason})")
         if state.drained:
-            return Action("leave", name, f"{name} is healthy but left as it is: not drained by {prefix}")
+            who = f"{prefix} sweep" if sweep else prefix
+            return Action("leave", name, f"{name} is healthy but left as it is: not drained by {who}")
         return Action("none", name, f"{name} healthy")
-    reason = drain_reason(report, prefix)
-    if state.drained and ours(state, prefix):
+    if state.drained and ours(state, prefix, sweep):
         if state.reason == reason:
             return Action("none", name, f"{name} stays drained: {reason}", reason)
         return Action("drain", name, f"{name} drained again with a new reason: {reason}", reason)
@@ -249,7 +263,27 @@ def apply(
     state = read_node(settings, name, runner)
     if isinstance(state, Action):
         return state
-    action = decide(report, state, settings.reason_prefix)
+    return carry_out(decide(report, state, settings.reason_prefix), settings, runner)
+
+
+def apply_verdict(
+    name: str,
+    ready: bool,
+    reason: str,
+    settings: SlurmSettings,
+    runner: Runner = run_cmd,
+    sweep: bool = False,
+) -> Action:
+    """:func:`apply` for node ``name`` and any verdict (``hostcheck sweep`` on the nodes it judged)."""
+    state = read_node(settings, name, runner)
+    if isinstance(state, Action):
+        return state
+    return carry_out(decide_verdict(ready, reason, state, settings.reason_prefix, sweep), settings, runner)
+
+
+def carry_out(action: Action, settings: SlurmSettings, runner: Runner = run_cmd) -> Action:
+    """The drain or resume ``action`` asks for, through scontrol."""
+    name = action.node
     if action.kind == "drain":
         argv = [settings.scontrol, "update", f"nodename={name}", "state=drain", f"reason={action.reason}"]
     elif action.kind == "resume":

@@ -18,7 +18,7 @@ from typing import Any
 
 from hostcheck import config
 from hostcheck.exitcodes import EXIT_NOT_READY, EXIT_OK, EXIT_USAGE
-from hostcheck.fleet import peers
+from hostcheck.fleet import peers, sweep
 from hostcheck.fleet.render import render_fabric_html, render_fabric_markdown, render_html, render_markdown
 from hostcheck.fleet.reports import PAGES, load
 from hostcheck.outfile import paths_error, write_report
@@ -40,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="where to write fleet.md and fleet.html (default: report_dir)")
     p.add_argument("--min-score", type=int, help="a node below this score is not ready, whatever its verdict")
     p.add_argument("--expect", nargs="*", default=[], help="hosts that must have a report")
+    p.add_argument(
+        "--sweep",
+        type=Path,
+        metavar="PATH",
+        help="a `hostcheck sweep --json` report: its suspects and heat map go first",
+    )
     config.add_option(p)
 
 
@@ -60,10 +66,21 @@ def run(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         raise ArgumentError(None, str(exc)) from None
     tolerance = cfg.thresholds.fleet_peer_tolerance
+    swept: dict[str, Any] | None = None
+    if args.sweep is not None:
+        try:
+            swept = sweep.read_sweep(str(args.sweep))
+        except ValueError as exc:
+            raise ArgumentError(None, f"--sweep {args.sweep}: {exc}") from None
     raw: dict[str, Any] = {}
-    nodes = load(args.report_dir, args.expect, args.min_score, raw)
+    skip = (
+        {args.sweep.name}
+        if args.sweep is not None and args.sweep.parent.resolve() == args.report_dir.resolve()
+        else set()
+    )
+    nodes = load(args.report_dir, args.expect, args.min_score, raw, skip)
     slow = peers.outliers(raw, tolerance)
-    if not nodes:
+    if not nodes and swept is None:
         print(f"hostcheck fleet: error: no reports in {args.report_dir}", file=sys.stderr)
         return EXIT_USAGE
     out = args.out or args.report_dir
@@ -81,9 +98,11 @@ def run(args: argparse.Namespace) -> int:
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     try:
         md_extra = render_fabric_markdown(nodes) + peers.render_markdown(slow, tolerance)
-        write_report(pages[0][1], render_markdown(nodes, generated, md_extra))
+        md_lead = sweep.render_markdown(swept) if swept is not None else ""
+        write_report(pages[0][1], render_markdown(nodes, generated, md_extra, md_lead))
         html_extra = render_fabric_html(nodes) + peers.render_html(slow, tolerance)
-        write_report(pages[1][1], render_html(nodes, generated, html_extra))
+        html_lead = sweep.render_html(swept) if swept is not None else ""
+        write_report(pages[1][1], render_html(nodes, generated, html_extra, html_lead))
         write_report(pages[2][1], peers.render_json(slow, tolerance))
         write_report(pages[3][1], peers.render_prometheus(slow, tolerance))
     except OSError as exc:
@@ -100,4 +119,7 @@ def run(args: argparse.Namespace) -> int:
             "slower than their fleet peers: "
             + "; ".join(f"{_plain(o.host)} {_plain(o.text())}" for o in slow)
         )
-    return EXIT_NOT_READY if not_ready else EXIT_OK
+    named = sweep.named_hosts(swept) if swept is not None else []
+    if named:
+        print("named by the sweep: " + ", ".join(_plain(h) for h in named))
+    return EXIT_NOT_READY if not_ready or named else EXIT_OK

@@ -16,12 +16,14 @@ def _short(findings: tuple[dict[str, Any], ...], limit: int = 5) -> list[dict[st
     return [f for f in findings if f.get("status") in FAILING][:limit] or list(findings[:limit])
 
 
-def render_markdown(nodes: list[NodeSummary], generated: str, extra: str = "") -> str:
+def render_markdown(nodes: list[NodeSummary], generated: str, extra: str = "", lead: str = "") -> str:
+    """``lead`` goes before the nodes' table (a sweep's suspects), ``extra`` after it."""
     ready = sum(n.ready for n in nodes)
     out = [
         "# gpunode fleet report",
         "",
         f"Generated {generated}. **{ready} ready, {len(nodes) - ready} not ready** of {len(nodes)} nodes.",
+        *([lead] if lead else []),
         "",
         "| node | score | ready | GPUs | driver | torch | failing checks and fixes |",
         "|---|---|---|---|---|---|---|",
@@ -56,10 +58,12 @@ table{border-collapse:collapse;width:100%}th,td{border:1px solid #ccc;padding:.4
 th{background:#f2f2f2}tr.notready td.node{border-left:4px solid #c62828}tr.ready td.node{border-left:4px solid #2e7d32}
 .st-fail,.st-error{color:#c62828;font-weight:bold}.st-warn{color:#b26a00;font-weight:bold}
 code{background:#f5f5f5;padding:0 .2em}ul{margin:0;padding-left:1.2em}
+#sweep-heatmap{width:auto}#sweep-heatmap td.hm{min-width:2.6em;text-align:center;font-size:.8em;padding:.2em}
 """
 
 
-def render_html(nodes: list[NodeSummary], generated: str, extra: str = "") -> str:
+def render_html(nodes: list[NodeSummary], generated: str, extra: str = "", lead: str = "") -> str:
+    """``lead`` goes before the nodes' table (a sweep's suspects and heat map), ``extra`` after it."""
     e = html_text
     ready = sum(n.ready for n in nodes)
     rows = []
@@ -86,7 +90,7 @@ def render_html(nodes: list[NodeSummary], generated: str, extra: str = "") -> st
         f"<style>{_CSS}</style></head><body><h1>gpunode fleet report</h1>"
         f"<p>Generated {e(generated)}, {len(nodes)} nodes.</p>"
         f"<p class='counts'><span class='ok' id='ready-count'>{ready} ready</span>"
-        f"<span class='bad' id='notready-count'>{len(nodes) - ready} not ready</span></p>"
+        f"<span class='bad' id='notready-count'>{len(nodes) - ready} not ready</span></p>{lead}"
         "<table><thead><tr><th>node</th><th>score</th><th>ready</th><th>GPUs</th><th>driver</th><th>torch</th>"
         f"<th>failing checks and fixes</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{extra}</body></html>\n"
     )

@@ -83,22 +83,28 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def read_json(path: str, limit: int) -> Any:
+    """Another machine's JSON file: through the one reader without following a link, at most ``limit`` bytes,
+    UTF-8, without NaN or Infinity (raises ValueError naming what is wrong)."""
+    try:
+        text = infile.read_text(path, limit, follow=False)
+    except infile.ReadError as exc:
+        raise ValueError(exc.why) from None
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+
+
 def read_report(path: str) -> dict[str, Any]:
     """One node's report, read and checked (raises ValueError naming what is wrong).
 
     Nodes write into the report folder, so the file goes through the one reader without following a link (a
     link there may lead anywhere: /dev/zero, another node's file), at most MAX_REPORT_BYTES, UTF-8; then JSON
     without NaN or Infinity, and the fields checked against the report schema's types."""
-    try:
-        text = infile.read_text(path, MAX_REPORT_BYTES, follow=False)
-    except infile.ReadError as exc:
-        raise ValueError(exc.why) from None
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except RecursionError:
-        raise ValueError("not JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
+    data = read_json(path, MAX_REPORT_BYTES)
     if not isinstance(data, dict) or "checks" not in data:
         raise ValueError("not a hostcheck report")
     wrong = type_errors(data, report_schema())
@@ -121,14 +127,21 @@ def _host_of(name: str) -> tuple[str, str]:
 
 
 def load(
-    report_dir: Path, expect: list[str], min_score: int | None, raw: dict[str, Any] | None = None
+    report_dir: Path,
+    expect: list[str],
+    min_score: int | None,
+    raw: dict[str, Any] | None = None,
+    skip: set[str] | frozenset[str] = frozenset(),
 ) -> list[NodeSummary]:
     """Every ``<host>.json`` in ``report_dir``, judged; a report that cannot be used is named, not ready, and
-    costs no other node its row. ``raw`` (when given) receives each usable report by host."""
+    costs no other node its row. ``raw`` (when given) receives each usable report by host; ``skip``: file names
+    that are no node's (the sweep report given with --sweep)."""
     nodes: dict[str, NodeSummary] = {}
     # fleet-peers.json is this command's own output, written beside the reports by default: never a node.
     names = sorted(
-        n for n in os.listdir(report_dir) if n.endswith(".json") and n != ".json" and n not in PAGES
+        n
+        for n in os.listdir(report_dir)
+        if n.endswith(".json") and n != ".json" and n not in PAGES and n not in skip
     )
     for name in names:
         host, bad_name = _host_of(name)

@@ -2660,6 +2660,294 @@ HARDEN_ATTACKS = [
 ATTACKS += HARDEN_ATTACKS
 
 
+# --- hostcheck sweep: its contract variables, its port, a hostile training Python, signals mid-sweep -------------
+# One node process as a launcher starts it (torch's contract, a world of one unless the row says otherwise). Most rows
+# stop before any rank starts; the ``real`` rows run this interpreter's torch, a compute-only sweep of seconds.
+
+#: Sockets the port rows hold through their run.
+_HELD: list[socket.socket] = []
+_LAUNCHERS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURM_LOCALID")
+_ELASTIC = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sweep_env(**more: str | None) -> dict[str, str | None]:
+    env: dict[str, str | None] = {k: None for k in (*_LAUNCHERS, *_ELASTIC, "KUBERNETES_SERVICE_HOST")}
+    env.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    env.update(more)
+    return env
+
+
+def _srun(nodelist: str, **more: str) -> dict[str, str | None]:
+    """What srun sets for a task of two (torch's contract unset): the Slurm path of the contract."""
+    return {
+        "RANK": None,
+        "WORLD_SIZE": None,
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": nodelist,
+        **more,
+    }
+
+
+def _sweep(
+    *extra: str | Callable[[Ctx], str],
+    env: dict[str, str | None] | None = None,
+    python: Callable[[Ctx], str] | None = None,
+    real: bool = False,
+    codes: tuple[int, ...] = USAGE,
+    **kw: Any,
+) -> Callable[[Ctx], Run]:
+    """``hostcheck sweep`` with ``env`` over a world of one on loopback; the tiny training Python (no torch) unless
+    ``python`` or ``real`` (this interpreter, with torch) says otherwise."""
+
+    def build(c: Ctx) -> Run:
+        py = sys.executable if real else (python(c) if python else c.python)
+        argv = [
+            "sweep",
+            "--python",
+            py,
+            "--facts-dir",
+            str(c.facts),
+            "--env-file",
+            str(c.env_file),
+            "--device",
+            "cpu",
+        ]
+        argv += [x(c) if callable(x) else x for x in extra]
+        return Run(argv, codes, env={**_sweep_env(), **(env or {})}, **kw)
+
+    return build
+
+
+def _sweep_port_in_use(c: Ctx) -> Run:
+    held = socket.socket()
+    held.bind(("", 0))
+    held.listen()
+    _HELD.append(held)
+    port = held.getsockname()[1]
+
+    def check(o: Outcome) -> None:
+        held.close()
+
+    return _sweep(
+        env={"MASTER_PORT": str(port)}, needle=f"MASTER_PORT {port}: in use on this node", check=check
+    )(c)
+
+
+def _sweep_config(c: Ctx, path: str, needle: str) -> Run:
+    """``hostcheck sweep --config PATH``: refused (exit 2) before any rank starts."""
+    return _sweep("--config", path, needle=needle)(c)
+
+
+def _sweep_world_of_one(o: Outcome) -> None:
+    """One node measured, nothing to judge it against: said so, exit 1, a report of the schema's types."""
+    from hostcheck.schema import sweep_schema, type_errors
+
+    report = json.loads((o.ctx.root / "sweep.json").read_text())
+    assert type_errors(report, sweep_schema()) == [] and report["verdict"]["judged"] == []
+    assert report["nodes"][0]["state"] == "measured" and any("not judged" in n for n in report["notes"])
+
+
+def _sweep_signalled(sig: int) -> Callable[[Ctx], Run]:
+    """``sig`` while the node's rank hangs with a grandchild in a session of its own: 128 + N, nothing left."""
+
+    def build(c: Ctx) -> Run:
+        py = c.script("hung/python", HANGING_PYTHON)
+        needle = "" if sig == signal.SIGKILL else f"interrupted by {signal.Signals(sig).name}"
+        return _sweep(python=lambda c: py, codes=(SIGNAL_EXITS[sig],), signal=sig, needle=needle)(c)
+
+    return build
+
+
+SWEEP_ATTACKS = [
+    # The contract: every wrong or missing variable a usage error naming it, before any rank starts.
+    A(
+        "sweep-no-contract",
+        _sweep(
+            env={"RANK": None, "WORLD_SIZE": None, "MASTER_ADDR": None, "MASTER_PORT": None},
+            needle="RANK: not set, nor SLURM_PROCID",
+        ),
+    ),
+    A("sweep-rank-abc", _sweep(env={"RANK": "abc"}, needle="RANK: 'abc' is not a whole number")),
+    A(
+        "sweep-rank-at-world-size",
+        _sweep(env={"RANK": "2", "WORLD_SIZE": "2"}, needle="RANK: 2 is not below WORLD_SIZE 2"),
+    ),
+    A("sweep-world-size-zero", _sweep(env={"WORLD_SIZE": "0"}, needle="WORLD_SIZE: 0 is out of range")),
+    A(
+        "sweep-world-size-huge",
+        _sweep(env={"WORLD_SIZE": "9" * 40}, needle="WORLD_SIZE: " + "9" * 40 + " is out of range"),
+    ),
+    A(
+        "sweep-master-port-70000",
+        _sweep(env={"MASTER_PORT": "70000"}, needle="MASTER_PORT: 70000 is out of range"),
+    ),
+    A("sweep-master-addr-missing", _sweep(env={"MASTER_ADDR": None}, needle="MASTER_ADDR: not set")),
+    A(
+        "sweep-master-addr-terminal-escape",
+        _sweep(
+            env={"MASTER_ADDR": "gpu\x1b]0;pwned\x07"},
+            needle="MASTER_ADDR:",
+            check=lambda o: _no_escape(o.err),
+        ),
+    ),
+    A(
+        "sweep-local-rank-1",
+        _sweep(env={"LOCAL_RANK": "1"}, needle="LOCAL_RANK: 1: the sweep runs one process per node"),
+    ),
+    A(
+        "sweep-slurm-nodelist-unclosed",
+        _sweep(env=_srun("gpu[1-"), needle="SLURM_JOB_NODELIST: 'gpu[1-': a '[' without its ']'"),
+    ),
+    A(
+        "sweep-slurm-nodelist-a-billion-hosts",
+        _sweep(env=_srun("n[0-999999999]"), needle="SLURM_JOB_NODELIST: "),
+    ),
+    A(
+        "sweep-slurm-two-tasks-a-node",
+        _sweep(
+            env=_srun("gpu1", SLURM_PROCID="1", SLURM_LOCALID="1"),
+            needle="SLURM_LOCALID: 1: the sweep runs one process per node",
+        ),
+    ),
+    A(
+        "sweep-test-fault-garbage",
+        _sweep(env={"HOSTCHECK_SWEEP_TEST_FAULT": "$(rm -rf /)"}, needle="HOSTCHECK_SWEEP_TEST_FAULT: "),
+    ),
+    # The port: one that something listens on is refused before any rank starts.
+    A("sweep-port-in-use", _sweep_port_in_use),
+    # A hostile training Python: no torch, a torch that raises, one that hangs (cut at --timeout).
+    A("sweep-training-python-without-torch", _sweep(needle="import torch")),
+    A(
+        "sweep-torch-import-raises",
+        _sweep(python=lambda c: c.fake_torch(TORCH_RAISES), needle="fake torch: libcudart.so.12 is broken"),
+    ),
+    A(
+        "sweep-torch-import-hangs",
+        _sweep("--timeout", "5", python=lambda c: c.fake_torch(TORCH_HANGS), needle="timed out after 5 s"),
+    ),
+    A(
+        "sweep-torch-leaves-a-daemon",
+        _sweep(python=lambda c: c.fake_torch(TORCH_LEAVES_A_DAEMON), needle="rank 0"),
+    ),
+    # Report paths and standard streams.
+    A("sweep-json-a-folder", _sweep("--json", lambda c: str(c.facts), needle="facts: is a folder")),
+    A("sweep-json-dev-full", _sweep("--json", "/dev/full", real=True, needle="writing /dev/full")),
+    A(
+        "sweep-world-of-one",
+        _sweep(
+            "--json",
+            lambda c: c.p("sweep.json"),
+            real=True,
+            codes=(1,),
+            reports=("sweep.json",),
+            check=_sweep_world_of_one,
+        ),
+    ),
+    A("sweep-stdout-dev-full", _sweep(real=True, stdout="devfull", needle="writing to standard output")),
+    A("sweep-ulimit-n-16", _sweep(codes=ANY, limits={resource.RLIMIT_NOFILE: 16})),
+    *_config_rows("sweep-config", _sweep_config, b"sweep_min_peers = 1"),
+    A("signal-sigint-mid-sweep", _sweep_signalled(signal.SIGINT)),
+    A("signal-sigterm-mid-sweep", _sweep_signalled(signal.SIGTERM)),
+    A("signal-sighup-mid-sweep", _sweep_signalled(signal.SIGHUP)),
+    A("signal-sigkill-mid-sweep", _sweep_signalled(signal.SIGKILL)),
+]
+ATTACKS += SWEEP_ATTACKS
+
+
+# --- hostcheck fleet --sweep: the sweep's report is another machine's file ------------------------------------------
+
+
+def _sweep_report(change: Callable[[dict[str, Any]], Any] | None = None) -> str:
+    """A simulated 8-node sweep's report (tests/unit/fixtures/sweep_sim.py, judged by the real code), changed."""
+    from fixtures.sweep_sim import Cluster
+
+    from hostcheck.inside import sweep_plan
+    from hostcheck.sweep.judge import judge
+    from hostcheck.sweep.render import build_report
+
+    record = Cluster(8, seed=7, slow_link={(4, 5): 0.3}).record()
+    rules = sweep_plan.Rules()
+    report = build_report(record, judge(record, rules), {"time": "t", "thresholds": rules.to_dict()})
+    if change:
+        change(report)
+    return json.dumps(report)
+
+
+def _fleet_sweep(plant: Callable[[Ctx], str], needle: str) -> Callable[[Ctx], Run]:
+    """``hostcheck fleet nodes --sweep PATH`` with one good node and the planted sweep report: refused (exit 2)
+    naming what is wrong, no page written."""
+
+    def build(c: Ctx) -> Run:
+        d = c.root / "nodes"
+        d.mkdir()
+        (d / "gpu001.json").write_text(_node_report("gpu001"))
+        argv = ["fleet", str(d), "--sweep", plant(c), "--out", c.p("out")]
+        return Run(argv, USAGE, needle=needle, reports=("out",))
+
+    return build
+
+
+def _sweep_file(change: Callable[[dict[str, Any]], Any] | None = None) -> Callable[[Ctx], str]:
+    def plant(c: Ctx) -> str:
+        path = c.root / "sweep.json"
+        path.write_text(_sweep_report(change))
+        return str(path)
+
+    return plant
+
+
+def _sweep_link(target: str) -> Callable[[Ctx], str]:
+    def plant(c: Ctx) -> str:
+        os.symlink(target, c.p("sweep.json"))
+        return c.p("sweep.json")
+
+    return plant
+
+
+FLEET_SWEEP_ATTACKS = [
+    A(
+        "fleet-sweep-verdict-without-hosts",
+        _fleet_sweep(_sweep_file(lambda r: r["verdict"].pop("hosts")), "verdict lacks hosts"),
+    ),
+    A(
+        "fleet-sweep-pair-without-latency",
+        _fleet_sweep(_sweep_file(lambda r: r["pairs"][0].pop("latency_s")), "pairs[0] lacks latency_s"),
+    ),
+    A(
+        "fleet-sweep-suspect-without-nodes",
+        _fleet_sweep(_sweep_file(lambda r: r["suspects"][0].pop("nodes")), "suspects[0] lacks nodes"),
+    ),
+    A(
+        "fleet-sweep-without-pairs",
+        _fleet_sweep(_sweep_file(lambda r: r.pop("pairs")), "the report lacks pairs"),
+    ),
+    A(
+        "fleet-sweep-rate-of-400-digits",
+        _fleet_sweep(
+            _sweep_file(lambda r: r["pairs"][0].update(bytes_per_s=10**400)), "pairs[0].bytes_per_s"
+        ),
+    ),
+    A("fleet-sweep-symlink-to-dev-zero", _fleet_sweep(_sweep_link("/dev/zero"), "symbolic link")),
+    A("fleet-sweep-dev-zero", _fleet_sweep(lambda c: "/dev/zero", "/dev/zero")),
+    A(
+        "fleet-sweep-sparse-100mb",
+        _fleet_sweep(lambda c: _sparse(c.p("sweep.json"), 100 << 20, b"{"), "bytes"),
+    ),
+]
+ATTACKS += FLEET_SWEEP_ATTACKS
+
+
+def _no_escape(text: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text, text
+
+
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_attack(
     attack: Attack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest

@@ -643,7 +643,16 @@ def test_every_check_option_means_the_same_with_and_without_the_command_name(arg
 def test_the_parsed_options_of_a_command_are_its_own(tmp_path):
     inv = command.parse(["--debug", "fleet", str(tmp_path), "--expect", "a", "b"])
     assert inv.command == "fleet" and inv.debug and inv.prog == "hostcheck fleet"
-    assert set(vars(inv.args)) == {"command", "debug", "report_dir", "out", "min_score", "expect", "config"}
+    assert set(vars(inv.args)) == {
+        "command",
+        "debug",
+        "report_dir",
+        "out",
+        "min_score",
+        "expect",
+        "config",
+        "sweep",
+    }
     assert inv.args.expect == ["a", "b"]
 
 

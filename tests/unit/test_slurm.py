@@ -369,3 +369,38 @@ def test_a_malformed_state_table_fails_the_import(tmp_path):
     )
     assert out.returncode != 0
     assert "ValueError" in out.stderr and "states[5] (UNKNOWN): action must be one of" in out.stderr
+
+
+# --- hostcheck sweep's drains: the node checks cannot see a link, so they never resume what the sweep drained -----
+
+SWEEP_REASON = "hostcheck: sweep.S002 gpu07 slow with all 7 partners, 31% of peers"
+
+
+def test_the_node_checks_leave_a_sweep_drain_alone_and_the_sweep_leaves_theirs(healthy, sick):
+    # Planted: the sweep's drain; a healthy node check must not resume it, nor a sick one write over its reason.
+    for rep in (healthy, sick):
+        sc = Scontrol("IDLE+DRAIN", SWEEP_REASON)
+        assert slurm.apply(rep, SETTINGS, sc).kind == "leave" and sc.updates == []
+    # Absent: the node checks' own drain is theirs to resume, as before.
+    sc = Scontrol("IDLE+DRAIN", "hostcheck: tuning.E001 /dev/shm 64.0 MiB")
+    assert slurm.apply(healthy, SETTINGS, sc).kind == "resume"
+    # The sweep drains a node in service, leaves the node checks' drain and an admin's, re-drains its own.
+    assert (
+        slurm.apply_verdict("n1", False, SWEEP_REASON, SETTINGS, Scontrol("MIXED"), sweep=True).kind
+        == "drain"
+    )
+    for state, reason in (
+        ("IDLE+DRAIN", "hostcheck: gpu.E005 GPU 5: row remap pending"),
+        ("IDLE+DRAIN", "admin: cable"),
+    ):
+        sc = Scontrol(state, reason)
+        assert slurm.apply_verdict("n1", False, SWEEP_REASON, SETTINGS, sc, sweep=True).kind == "leave"
+        assert sc.updates == []
+    sc = Scontrol("IDLE+DRAIN", "hostcheck: sweep.S003 link gpu07<->gpu09 2 GB/s")
+    assert slurm.apply_verdict("n1", False, SWEEP_REASON, SETTINGS, sc, sweep=True).kind == "drain"
+    (upd,) = sc.updates
+    assert upd == ["scontrol", "update", "nodename=n1", "state=drain", f"reason={SWEEP_REASON}"]
+    # An admin's state (FAIL, a maintenance reservation) is never the sweep's to change.
+    for state in ("IDLE+FAIL", "IDLE+MAINT+RESERVED"):
+        sc = Scontrol(state)
+        assert slurm.apply_verdict("n1", False, SWEEP_REASON, SETTINGS, sc, sweep=True).kind == "leave"

@@ -103,9 +103,10 @@ def test_hostcheck_has_no_import_cycle():
     assert cycles(graph()) == []
 
 
-#: The one module of hostcheck.inside the orchestrator may import: the pure proofs of what a bench worker
-#: reports, which the worker runs too (fail fast) and the orchestrator runs on every record.
-SHARED_INSIDE = {"hostcheck.inside.proof", "hostcheck.inside"}
+#: The modules of hostcheck.inside the orchestrator may import: the pure proofs of what a bench worker reports,
+#: which the worker runs too (fail fast) and the orchestrator runs on every record; and the sweep's schedule and
+#: peer rule, which the sweep worker lays out its rounds and retests with and hostcheck sweep judges with.
+SHARED_INSIDE = {"hostcheck.inside.proof", "hostcheck.inside.sweep_plan", "hostcheck.inside"}
 
 
 def test_the_registry_is_a_leaf_and_nothing_outside_imports_the_inside_code():
