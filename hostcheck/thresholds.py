@@ -1,7 +1,8 @@
 """Every threshold hostcheck judges by: one row of a data file each, read through this one validated loader.
 
 Two files, one format: hostcheck/data/thresholds.json holds the node checks' lines (each row names the check id
-it serves, or the finding of ``hostcheck sweep``, sweep.S00N, for its peer rule's rows sweep_*), hostcheck/data/job_thresholds.json the job doctor's (``hostcheck job``, check "job"). They are two
+it serves, or the finding of ``hostcheck sweep``, sweep.S00N, for its peer rule's rows sweep_*),
+hostcheck/data/job_thresholds.json the job doctor's (``hostcheck job``, check "job"). They are two
 because they serve two commands whose rows are read, and tested, against different registries; the names are one
 namespace (a name in both files is refused), so ``[thresholds]`` in the configuration overrides any of them by
 name (hostcheck/config.py).

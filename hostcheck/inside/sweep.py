@@ -385,7 +385,7 @@ class Worker:
             return self.dist.new_group(ranks, timeout=_td(self.op_s), use_local_synchronization=True)
         except TypeError:  # torch before 2.1: every rank creates every group, in the same order
             mine = None
-            for blocks in [b for b in self.sched.levels[1:]]:
+            for blocks in self.sched.levels[1:]:
                 for block in blocks:
                     rs = [r for s in block for r in self.ranks_of(self.members[s])]
                     g = self.dist.new_group(rs, timeout=_td(self.op_s))

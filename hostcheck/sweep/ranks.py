@@ -27,8 +27,9 @@ SIZES = {
     "gloo": {"pair_bytes": 4 * MIB, "allreduce_bytes": 4 * MIB, "matmul_n": 512, "latency_bytes": 4},
 }
 #: Time slices (seconds) and counts: a compute batch is longer than the CPU scheduler's 100 ms period, so a CPU
-#: quota below what the rank uses (one thread on gloo: OMP_NUM_THREADS=1) shows in every batch; each figure is the best of its ops (hostcheck.inside.sweep: what else runs only
-#: slows an op), so CPU nodes, whose links and cores other work shares, get more ops to take the best of.
+#: quota below what the rank uses (one thread on gloo: OMP_NUM_THREADS=1) shows in every batch; each figure is
+#: the best of its ops (hostcheck.inside.sweep: what else runs only slows an op), so CPU nodes, whose links and
+#: cores other work shares, get more ops to take the best of.
 TIMING = {
     "nccl": {
         "warm_s": 0.5,
