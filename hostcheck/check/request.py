@@ -15,7 +15,7 @@ import tempfile
 import time
 from argparse import ArgumentError
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from hostcheck import config, gather
 from hostcheck.outfile import paths_error
@@ -66,8 +66,9 @@ def split(values: list[str] | None) -> list[str]:
     return [x.strip() for v in values or [] for x in v.split(",") if x.strip()]
 
 
-#: The checks that a set of gatherers can judge, at least (every check for None): hostcheck.checks.load.
-Catalogue = Callable[[frozenset[str] | None], list[Check]]
+if TYPE_CHECKING:  # only in annotations: "X | None" evaluated at import fails on Python 3.9
+    #: The checks that a set of gatherers can judge, at least (every check for None): hostcheck.checks.load.
+    Catalogue = Callable[[frozenset[str] | None], list[Check]]
 
 
 def build_request(args: argparse.Namespace, catalogue: Catalogue, started: float | None = None) -> Request:
