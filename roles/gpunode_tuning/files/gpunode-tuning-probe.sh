@@ -71,6 +71,11 @@ for name in "$@"; do
   sysctls="$sysctls${sysctls:+,}$(json_str "$name"):{\"present\":$present,\"writable\":$writable,\"value\":$(json_str "$value")}"
 done
 
+# CAP_SYS_ADMIN (bit 21 of the effective set, capabilities(7)): a container without it cannot remount /dev/shm.
+cap_sys_admin=false
+capeff=$(awk '/^CapEff:/ {print $2}' /proc/self/status 2>/dev/null)
+if [ -n "$capeff" ] && [ $(( (0x$capeff >> 21) & 1 )) -eq 1 ]; then cap_sys_admin=true; fi
+
 pid1_limit() { awk -v k="$1" 'index($0, k) == 1 {print $(NF-1)}' /proc/1/limits 2>/dev/null; }
 
 printf '{"physical_cores":%s,"cpus":%s,"avx2":%s,"memtotal_kb":%s,"numa_nodes":%s,"gpus":{%s},' \
@@ -79,5 +84,5 @@ printf '"shm_bytes":%s,"governor":{"present":%s,"writable":%s,"current":%s,"avai
   "${shm_bytes:-0}" "$gov_present" "$gov_writable" "$(json_str "$gov_current")" "$(json_str "$gov_available")"
 printf '"thp":{"present":%s,"writable":%s,"current":%s},"sysctl":{%s},' \
   "$thp_present" "$thp_writable" "$(json_str "$thp_current")" "$sysctls"
-printf '"pid1_hard_memlock":%s,"pid1_hard_nofile":%s}\n' \
-  "$(json_str "$(pid1_limit 'Max locked memory')")" "$(json_str "$(pid1_limit 'Max open files')")"
+printf '"pid1_hard_memlock":%s,"pid1_hard_nofile":%s,"cap_sys_admin":%s}\n' \
+  "$(json_str "$(pid1_limit 'Max locked memory')")" "$(json_str "$(pid1_limit 'Max open files')")" "$cap_sys_admin"
