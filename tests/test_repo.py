@@ -526,3 +526,55 @@ def test_the_repo_cites_facts_not_notes_outside_it_or_issue_numbers():
             if outside.search(line) or issue.search(line)
         ]
     assert bad == [], "\n".join(bad)
+
+
+def _task_tags(node: object) -> set[str]:
+    """Every tag written on a task, block or include anywhere under ``node`` (a parsed tasks file)."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        tags = node.get("tags")
+        if isinstance(tags, str):
+            found.add(tags)
+        elif isinstance(tags, list):
+            found.update(str(t) for t in tags)
+        for value in node.values():
+            found |= _task_tags(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _task_tags(item)
+    return found
+
+
+def _site_role_includes() -> dict[str, set[str]]:
+    plays = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+    provision = next(p for p in plays if p["name"] == "Provision GPU nodes")
+    out = {}
+    for task in provision["tasks"]:
+        include = task.get("ansible.builtin.include_role")
+        if include:
+            out[include["name"]] = set(task.get("tags", []))
+    return out
+
+
+def test_site_includes_each_role_with_every_tag_its_tasks_carry():
+    # A dynamic include runs only when one of its own tags is selected: `--tags rdma` reaches the driver's RDMA tasks
+    # only if the include carries `rdma` too. Without this, a tag silently selects nothing.
+    includes = _site_role_includes()
+    roles = {r.name for r in ROLES if (r / "tasks" / "main.yml").is_file()}
+    assert set(includes) == roles, f"site.yml's provisioning play includes {sorted(includes)}, the roles are {sorted(roles)}"
+    for role, tags in includes.items():
+        inner = set()
+        for f in (ROOT / "roles" / role / "tasks").glob("*.yml"):
+            inner |= _task_tags(yaml.safe_load(f.read_text()))
+        missing = inner - tags - {"always"}
+        assert not missing, f"site.yml's include of {role} lacks the tags {sorted(missing)} its tasks carry"
+
+
+def test_every_tag_a_hostcheck_fix_names_selects_a_role():
+    from hostcheck import fixes
+
+    named = set(re.findall(r"--tags ([a-z_]+)", (ROOT / "hostcheck" / "fixes.py").read_text()))
+    named |= set(re.findall(r'(?:role_fix|rerun)\([^)]*,\s*"([a-z_]+)"\)', (ROOT / "hostcheck").joinpath("fixes.py").read_text()))
+    assert fixes.PLAYBOOK == "playbooks/site.yml"
+    reachable = set().union(*_site_role_includes().values())
+    assert named and named <= reachable, f"fixes name tags no role include carries: {sorted(named - reachable)}"
