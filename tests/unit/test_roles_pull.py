@@ -204,6 +204,7 @@ def test_a_tag_the_remote_lacks_stops_before_ansible_pull(tmp_path, repo):
     assert "neither a tag nor a branch" in result["message"]
     assert not (tmp_path / "checkout").exists() and result["last_success"] is None
     assert m["gpunode_pull_failed"] == "1" and m["gpunode_pull_last_success_timestamp_seconds"] == "0.000"
+    assert not [k for k in m if k.startswith("gpunode_pull_tasks")]  # no play ran: no recap to count
     outcome = judge(tmp_path, fact_for(tmp_path))
     assert outcome.status is Status.WARN and "none so far" in outcome.message
 

@@ -122,13 +122,18 @@ def metrics(result: dict) -> str:
         "# HELP gpunode_pull_last_run_duration_seconds How long the last run took.",
         "# TYPE gpunode_pull_last_run_duration_seconds gauge",
         f"gpunode_pull_last_run_duration_seconds {result['duration_s']:.3f}",
-        "# HELP gpunode_pull_tasks Tasks of the last run's play recap for this node, by state.",
-        "# TYPE gpunode_pull_tasks gauge",
-        *(f'gpunode_pull_tasks{{state="{k}"}} {v}' for k, v in sorted(recap.items())),
+    ]
+    if recap:  # no play ran (a refused ref, a failed checkout, nothing changed): no recap to count
+        lines += [
+            "# HELP gpunode_pull_tasks Tasks of the last run's play recap for this node, by state.",
+            "# TYPE gpunode_pull_tasks gauge",
+            *(f'gpunode_pull_tasks{{state="{k}"}} {v}' for k, v in sorted(recap.items())),
+        ]
+    lines += [
         "# HELP gpunode_pull_info The last run's ref, the commit it resolved to and the stage it ended in.",
         "# TYPE gpunode_pull_info gauge",
-        'gpunode_pull_info{ref="%s",commit="%s",stage="%s"} 1'
-        % (_label(result["ref"]), _label(result["commit"]), _label(result["stage"])),
+        f'gpunode_pull_info{{ref="{_label(result["ref"])}",commit="{_label(result["commit"])}",'
+        f'stage="{_label(result["stage"])}"}} 1',
     ]
     return "\n".join(lines) + "\n"
 
@@ -221,13 +226,13 @@ def main(argv: list[str]) -> int:
         kind, message = classify(s["repo_url"], s["ref"])
         result["ref_kind"] = kind
         if kind == "branch" and not s["allow_branch"]:
-            message = (
-                f"{s['ref']} is a branch, which moves: pin a tag or a commit (or set gpunode_pull_allow_branch)"
-            )
+            message = f"{s['ref']} is a branch, which moves: pin a tag or a commit (or set gpunode_pull_allow_branch)"
         elif kind:
             rc, recap, checkout_failed, unchanged = run_pull(pull_argv(s, kind), s["log_file"], s["host"])
             result["recap"] = recap
-            stage = "checkout" if checkout_failed else "unchanged" if unchanged else "playbook" if rc else "done"
+            stage = (
+                "checkout" if checkout_failed else "unchanged" if unchanged else "playbook" if rc else "done"
+            )
             message = {
                 "checkout": f"ansible-pull could not check out {s['ref']} (exit {rc})",
                 "unchanged": "the checkout did not change: nothing run (--only-if-changed)",
