@@ -240,6 +240,13 @@ def test_a_run_stopped_by_systemd_is_recorded_as_failed(tmp_path, repo):
     assert result["stage"] == "stopped" and not result["ok"] and "SIGTERM" in result["message"]
 
 
+def test_a_venv_without_ansible_pull_is_a_failed_run_not_a_crash(tmp_path, repo):
+    (tmp_path / "empty").mkdir()
+    rc, result, m = pull(tmp_path, repo, "v1", venv_bin=str(tmp_path / "empty"))
+    assert rc == 1 and result["stage"] == "checkout" and "could not be run" in result["message"]
+    assert m["gpunode_pull_failed"] == "1"
+
+
 def test_staleness_is_judged_against_the_interval(tmp_path, repo):
     pull(tmp_path, repo, "v1")
     result_file = tmp_path / "state" / "result.json"
@@ -338,3 +345,52 @@ def test_the_role_refuses_bad_settings_before_any_change(tmp_path):
             assert host in refused and words in refused[host], (host, refused.get(host))
         else:
             assert host not in refused, (host, refused[host])
+
+
+@pytest.mark.parametrize(
+    "fact, joined, refused",
+    [
+        (None, ["gpu_nodes"], ""),
+        ({"groups": ["infer_nodes", "h100_nodes"]}, ["gpu_nodes", "infer_nodes", "h100_nodes"], ""),
+        ({"groups": "infer_nodes"}, [], "must be JSON like"),
+        ({"groups": ["infer nodes; rm"]}, [], "must be JSON like"),
+        ("error loading fact - please check content", [], "must be JSON like"),
+    ],
+    ids=["no-fact", "groups", "a-string", "a-bad-name", "unreadable-fact"],
+)
+def test_pull_yml_joins_the_groups_the_local_fact_names(tmp_path, fact, joined, refused):
+    """playbooks/pull.yml's first play, as it is, on a local host; ansible_local stands in for what the node's
+    /etc/ansible/facts.d/gpunode_groups.fact gives (an unreadable fact is the message Ansible puts there)."""
+    import yaml
+
+    play = yaml.safe_load((ROOT / "playbooks" / "pull.yml").read_text())[0]
+    play["tasks"].append({"name": "Show the groups", "ansible.builtin.debug": {"msg": "{{ group_names }}"}})
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
+    local = {} if fact is None else {"gpunode_groups": fact}
+    env = {**os.environ, "HOME": str(tmp_path), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
+    extra = json.dumps({"ansible_python_interpreter": sys.executable, "ansible_local": local})
+    run = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            "node1,",
+            "-c",
+            "local",
+            str(tmp_path / "play.yml"),
+            "-e",
+            extra,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    doc, _ = json.JSONDecoder().raw_decode(run.stdout[run.stdout.index("{") :])
+    results = {t["task"]["name"]: t["hosts"]["node1"] for t in doc["plays"][0]["tasks"]}
+    if refused:
+        assert run.returncode == 2 and refused in results["Check the groups the local fact names"]["msg"]
+        assert "Show the groups" not in results
+    else:
+        assert run.returncode == 0, run.stdout[-2000:]
+        assert sorted(results["Show the groups"]["msg"]) == sorted(joined)

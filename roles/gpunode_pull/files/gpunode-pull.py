@@ -241,6 +241,8 @@ def main(argv: list[str]) -> int:
             }[stage]
     except Stopped as exc:
         rc, stage, message = 143, "stopped", f"stopped by {exc} (TimeoutStartSec, or systemctl stop)"
+    except OSError as exc:  # ansible-pull missing from the venv, the log folder not writable
+        rc, stage, message = 1, "checkout", f"ansible-pull could not be run: {exc}"
     finished = time.time()
     ok = rc == 0
     result.update(
