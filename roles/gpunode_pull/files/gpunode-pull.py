@@ -63,6 +63,7 @@ def classify(url: str, ref: str, timeout: float = 120) -> tuple[str, str]:
             text=True,
             timeout=timeout,
             env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "", f"git ls-remote {url} failed: {exc}"
@@ -141,7 +142,11 @@ def metrics(result: dict) -> str:
 def head_commit(checkout: str) -> str:
     try:
         run = subprocess.run(
-            ["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+            ["git", "-C", checkout, "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
