@@ -1305,7 +1305,7 @@ ATTACKS = [
         lambda c: Run(
             c.base(only="SYSTEM", json_out=True),
             JUDGED,
-            check=_only_ids(*(f"system.E{n:03d}" for n in range(1, 11))),
+            check=_only_ids(*(f"system.E{n:03d}" for n in range(1, 12))),
         ),
     ),
     A(
