@@ -14,9 +14,10 @@ from typing import Any, Callable
 
 from hostcheck import infile
 from hostcheck.gather.base import ERROR, Unavailable
+from hostcheck.gather.pull import PullState, gather_pull
 
 DEFAULT_FACTS_DIR = "/etc/ansible/facts.d"
-ROLES = ("gpunode_tuning", "gpunode_driver", "gpunode_pytorch", "gpunode_cuda")
+ROLES = ("gpunode_tuning", "gpunode_driver", "gpunode_pytorch", "gpunode_cuda", "gpunode_pull")
 #: The roles write a few KiB; anything past this is not one of their facts.
 MAX_FACT_BYTES = 1 << 20
 
@@ -96,6 +97,13 @@ SCHEMA: dict[str, dict[str, Callable[[Any], str | None]]] = {
     },
     "gpunode_pytorch": {"venv": _path, "torch": _version},
     "gpunode_cuda": {"venv": _path},
+    # Pull mode (roles/gpunode_pull): where its service writes each run's result, and the timer's interval.
+    "gpunode_pull": {
+        "result_file": _path,
+        "interval_s": _count(1 << 31),
+        "since": _count(1 << 40),
+        "unit": _text,
+    },
 }
 
 
@@ -108,6 +116,8 @@ class Facts:
     errors: dict[str, Unavailable] = field(default_factory=dict)
     #: "<file>: <key> is <value>, want <what>" for each value dropped.
     invalid: tuple[str, ...] = ()
+    #: The last pull-mode run, where gpunode_pull's fact names its result file (system.E011); None: not set up.
+    pull: PullState | None = None
 
     def get(self, role: str, key: str, default: Any = None) -> Any:
         return self.roles.get(role, {}).get(key, default)
@@ -165,4 +175,6 @@ def gather_facts(directory: str = DEFAULT_FACTS_DIR) -> Facts:
             continue
         roles[role], bad = validate(role, data, path)
         invalid += bad
-    return Facts(directory=directory, roles=roles, errors=errors, invalid=tuple(invalid))
+    pull_fact = roles.get("gpunode_pull", {})
+    pull = gather_pull(pull_fact) if pull_fact.get("result_file") else None
+    return Facts(directory=directory, roles=roles, errors=errors, invalid=tuple(invalid), pull=pull)

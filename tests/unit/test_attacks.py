@@ -1305,7 +1305,7 @@ ATTACKS = [
         lambda c: Run(
             c.base(only="SYSTEM", json_out=True),
             JUDGED,
-            check=_only_ids(*(f"system.E{n:03d}" for n in range(1, 11))),
+            check=_only_ids(*(f"system.E{n:03d}" for n in range(1, 12))),
         ),
     ),
     A(
@@ -2942,6 +2942,88 @@ FLEET_SWEEP_ATTACKS = [
     ),
 ]
 ATTACKS += FLEET_SWEEP_ATTACKS
+
+
+# --- pull mode's result file (system.E011): root's service writes it, but it is read as anyone's ------------------
+# gpunode_pull's fact names the result file; whatever is there, system.E011 warns that it cannot use it (naming why),
+# never passes, never fails, and the run stays judged.
+
+
+def _pull(plant: Callable[[Ctx, str], None], *named: str) -> Callable[[Ctx], Run]:
+    def build(c: Ctx) -> Run:
+        result = c.p("pull/result.json")
+        os.makedirs(os.path.dirname(result))
+        c.fact(
+            "gpunode_pull",
+            json.dumps({"result_file": result, "interval_s": 1800, "unit": "gpunode-pull.service"}),
+        )
+        plant(c, result)
+
+        def check(o: Outcome) -> None:
+            status, message = _status(o, "system.E011")
+            assert status == "warn" and all(w in message for w in named), (status, message)
+            assert o.checks()["system.E011"]["brief"] == "pull result unreadable"
+
+        return Run(c.base(json_out=True, only="system.E011"), JUDGED, check=check)
+
+    return build
+
+
+def _pull_text(text: str | bytes) -> Callable[[Ctx, str], None]:
+    return lambda c, path: Path(path).write_bytes(text if isinstance(text, bytes) else text.encode())
+
+
+PULL_ATTACKS = [
+    A("pull-result-garbage", _pull(_pull_text(b"\xff\xfe garbage \x00"), "result.json")),
+    A("pull-result-not-json", _pull(_pull_text("{ok: yes"), "not JSON")),
+    A("pull-result-nested-60000-deep", _pull(_pull_text("[" * 60_000), "not JSON")),
+    A("pull-result-not-ours", _pull(_pull_text('{"ok": true}'), "not a gpunode pull result")),
+    A(
+        "pull-result-wrong-types",
+        _pull(
+            _pull_text(
+                json.dumps(
+                    {
+                        "schema_version": 1,
+                        "ok": "yes",
+                        "finished": 1e400,
+                        "stage": "done",
+                        "rc": 10**30,
+                        "recap": {"failed": -1},
+                        "ref": 5,
+                        "commit": "",
+                        "message": "",
+                        "log": "",
+                    }
+                ).replace("Infinity", "1e400")
+            ),
+            "wrong or missing ok, finished, rc, recap, ref",
+        ),
+    ),
+    A(
+        "pull-result-sparse-100mb",
+        _pull(lambda c, path: _sparse(path, 100 << 20, b'{"schema_version": 1, "pad": "'), "bytes"),
+    ),
+    A(
+        "pull-result-symlink-to-dev-zero",
+        _pull(lambda c, path: os.symlink("/dev/zero", path), "symbolic link"),
+    ),
+    A(
+        "pull-result-symlink-to-a-good-result",
+        _pull(
+            lambda c, path: (
+                Path(c.p("elsewhere.json")).write_text(
+                    json.dumps({"schema_version": 1, "ok": True, "finished": time.time(), "stage": "done"})
+                ),
+                os.symlink(c.p("elsewhere.json"), path),
+            ),
+            "symbolic link",
+        ),
+    ),
+    A("pull-result-fifo", _pull(lambda c, path: os.mkfifo(path), "FIFO")),
+    A("pull-result-a-folder", _pull(lambda c, path: os.mkdir(path), "folder")),
+]
+ATTACKS += PULL_ATTACKS
 
 
 def _no_escape(text: str) -> None:
