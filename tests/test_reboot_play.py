@@ -79,14 +79,17 @@ def batches_of(lines: list[list[str]]) -> list[list[str]]:
 def test_nodes_reboot_in_batches_each_drained_waited_and_resumed_before_the_next(tmp_path: Path):
     rc, lines = run_reboot_play(tmp_path, hosts=5, serial=2)
     assert rc == 0
-    assert batches_of(lines) == [["node1", "node2"], ["node3", "node4"], ["node5"]]
+    # Within a batch the hosts run each step in parallel (forks): their order in the log is not defined.
+    assert [sorted(b) for b in batches_of(lines)] == [["node1", "node2"], ["node3", "node4"], ["node5"]]
     for node in ("node1", "node2", "node3", "node4", "node5"):
         kinds = [k for k, n in lines if n == node]
         assert kinds == ["drain", "wait", "resume"], (node, kinds)
     # No node of a batch is drained before every node of the batch before it is back in service.
     order = [f"{k} {n}" for k, n in lines]
-    assert order.index("resume node2") < order.index("drain node3")
-    assert order.index("resume node4") < order.index("drain node5")
+    assert max(order.index("resume node1"), order.index("resume node2")) < min(
+        order.index("drain node3"), order.index("drain node4")
+    )
+    assert max(order.index("resume node3"), order.index("resume node4")) < order.index("drain node5")
 
 
 def test_a_failed_batch_stops_the_reboots_there(tmp_path: Path):

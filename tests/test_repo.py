@@ -561,7 +561,9 @@ def test_site_includes_each_role_with_every_tag_its_tasks_carry():
     # only if the include carries `rdma` too. Without this, a tag silently selects nothing.
     includes = _site_role_includes()
     roles = {r.name for r in ROLES if (r / "tasks" / "main.yml").is_file()}
-    assert set(includes) == roles, f"site.yml's provisioning play includes {sorted(includes)}, the roles are {sorted(roles)}"
+    assert set(includes) == roles, (
+        f"site.yml's provisioning play includes {sorted(includes)}, the roles are {sorted(roles)}"
+    )
     for role, tags in includes.items():
         inner = set()
         for f in (ROOT / "roles" / role / "tasks").glob("*.yml"):
@@ -574,7 +576,14 @@ def test_every_tag_a_hostcheck_fix_names_selects_a_role():
     from hostcheck import fixes
 
     named = set(re.findall(r"--tags ([a-z_]+)", (ROOT / "hostcheck" / "fixes.py").read_text()))
-    named |= set(re.findall(r'(?:role_fix|rerun)\([^)]*,\s*"([a-z_]+)"\)', (ROOT / "hostcheck").joinpath("fixes.py").read_text()))
+    named |= set(
+        re.findall(
+            r'(?:role_fix|rerun)\([^)]*,\s*"([a-z_]+)"\)',
+            (ROOT / "hostcheck").joinpath("fixes.py").read_text(),
+        )
+    )
     assert fixes.PLAYBOOK == "playbooks/site.yml"
     reachable = set().union(*_site_role_includes().values())
-    assert named and named <= reachable, f"fixes name tags no role include carries: {sorted(named - reachable)}"
+    assert named and named <= reachable, (
+        f"fixes name tags no role include carries: {sorted(named - reachable)}"
+    )

@@ -3,6 +3,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+import time
+
+from ansible import context
+from ansible.plugins.callback import CallbackBase
+
 DOCUMENTATION = """
     name: changes
     type: aggregate
@@ -27,14 +35,6 @@ DOCUMENTATION = """
                 - section: callback_gpunode_changes
                   key: directory
 """
-
-import json
-import os
-import tempfile
-import time
-
-from ansible import context
-from ansible.plugins.callback import CallbackBase
 
 SCHEMA = "gpunode.changes/1"
 
