@@ -18,45 +18,38 @@ ANSIBLE = Path(sys.executable).with_name("ansible-playbook")
 pytestmark = pytest.mark.skipif(not ANSIBLE.is_file(), reason="ansible-playbook is not beside this Python")
 
 
-def run_reboot_play(
-    tmp_path: Path, hosts: int, serial: int, fail_drain: str = ""
-) -> tuple[int, list[list[str]]]:
-    log = tmp_path / "hooks.log"
-    names = [f"node{i}" for i in range(1, hosts + 1)]
+def play(tmp_path: Path, hosts: list[str], *extra: str) -> subprocess.CompletedProcess:
+    """playbooks/reboot.yml on local hosts (no become) with the given extra variables."""
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
         "all:\n  children:\n    gpu_nodes:\n      vars:\n        ansible_connection: local\n"
         f"        ansible_python_interpreter: {sys.executable}\n        ansible_become: false\n      hosts:\n"
-        + "".join(f"        {n}:\n" for n in names)
+        + "".join(f"        {n}:\n" for n in hosts)
     )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory")
+    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+    args = [str(ANSIBLE), "-i", str(inventory), str(PLAYBOOK)]
+    for e in extra:
+        args += ["-e", e]
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def run_reboot_play(
+    tmp_path: Path, hosts: int, serial: int, fail_drain: str = ""
+) -> tuple[int, list[list[str]]]:
+    log = tmp_path / "hooks.log"
     hook = "echo KIND {{ inventory_hostname }} >> " + str(log)
     drain = hook.replace("KIND", "drain")
     if fail_drain:
         drain = f"[ {{{{ inventory_hostname }}}} != {fail_drain} ] && {drain}"
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory")
-    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
-    proc = subprocess.run(
-        [
-            str(ANSIBLE),
-            "-i",
-            str(inventory),
-            str(PLAYBOOK),
-            "-e",
-            "gpunode_reboot_required=true gpunode_driver_enabled=false",
-            "-e",
-            f"gpunode_reboot_serial={serial}",
-            "-e",
-            f"gpunode_drain_command='{drain}'",
-            "-e",
-            f"gpunode_drain_wait_command='{hook.replace('KIND', 'wait')}'",
-            "-e",
-            f"gpunode_resume_command='{hook.replace('KIND', 'resume')}'",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = play(
+        tmp_path,
+        [f"node{i}" for i in range(1, hosts + 1)],
+        "gpunode_reboot_required=true gpunode_driver_enabled=false",
+        f"gpunode_reboot_serial={serial}",
+        f"gpunode_drain_command='{drain}'",
+        f"gpunode_drain_wait_command='{hook.replace('KIND', 'wait')}'",
+        f"gpunode_resume_command='{hook.replace('KIND', 'resume')}'",
     )
     lines = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     assert proc.returncode in (0, 2), proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -104,29 +97,11 @@ def test_a_failed_batch_stops_the_reboots_there(tmp_path: Path):
 
 def test_no_reboot_asked_touches_no_node(tmp_path: Path):
     log = tmp_path / "hooks.log"
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "all:\n  children:\n    gpu_nodes:\n      vars:\n        ansible_connection: local\n"
-        f"        ansible_python_interpreter: {sys.executable}\n        ansible_become: false\n"
-        "      hosts:\n        node1:\n        node2:\n"
-    )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory")
-    proc = subprocess.run(
-        [
-            str(ANSIBLE),
-            "-i",
-            str(inventory),
-            str(PLAYBOOK),
-            "-e",
-            f"gpunode_drain_command='echo drain >> {log}'",
-            "-e",
-            f"gpunode_resume_command='echo resume >> {log}'",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = play(
+        tmp_path,
+        ["node1", "node2"],
+        f"gpunode_drain_command='echo drain >> {log}'",
+        f"gpunode_resume_command='echo resume >> {log}'",
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert not log.exists()
@@ -134,27 +109,10 @@ def test_no_reboot_asked_touches_no_node(tmp_path: Path):
 
 
 def test_bad_reboot_settings_stop_before_any_hook(tmp_path: Path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        node1:\n          ansible_connection: local\n"
-    )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory")
-    proc = subprocess.run(
-        [
-            str(ANSIBLE),
-            "-i",
-            str(inventory),
-            str(PLAYBOOK),
-            "-e",
-            "gpunode_reboot_required=true",
-            "-e",
-            "gpunode_drain_command=true",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    log = tmp_path / "hooks.log"
+    proc = play(
+        tmp_path, ["node1"], "gpunode_reboot_required=true", f"gpunode_drain_command='echo drain >> {log}'"
     )
     assert proc.returncode == 2
     assert "gpunode_drain_command needs gpunode_resume_command" in proc.stdout
+    assert not log.exists()
