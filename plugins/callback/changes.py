@@ -3,14 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import time
-
-from ansible import context
-from ansible.plugins.callback import CallbackBase
-
 DOCUMENTATION = """
     name: changes
     type: aggregate
@@ -35,6 +27,14 @@ DOCUMENTATION = """
                 - section: callback_gpunode_changes
                   key: directory
 """
+
+import json
+import os
+import tempfile
+import time
+
+from ansible import context
+from ansible.plugins.callback import CallbackBase
 
 SCHEMA = "gpunode.changes/1"
 
