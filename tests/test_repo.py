@@ -242,6 +242,34 @@ def test_a_second_container_check_is_refused(tmp_path: Path):
     ]
 
 
+# The connections a reboot must not be sent through: one list, in gpunode_common's vars/main.yml.
+CONNECTION_LIST = re.compile(r"ansible_connection[^\n]*\bin\s*\[")
+
+
+def connection_list_copies(root: Path) -> list[str]:
+    """Every list of connection names outside gpunode_common's vars/main.yml, in roles and playbooks."""
+    home = root / "roles" / CONTAINER_HOME
+    found = []
+    for top in ("roles", "playbooks"):
+        for f in sorted((root / top).rglob("*.yml")):
+            if f != home and CONNECTION_LIST.search(f.read_text(errors="replace")):
+                found.append(str(f.relative_to(root)))
+    return found
+
+
+def test_the_connections_that_never_reboot_are_listed_once(tmp_path: Path):
+    assert connection_list_copies(ROOT) == []
+    assert "gpunode_connection_reboots" in (
+        yaml.safe_load((ROOT / "roles" / CONTAINER_HOME).read_text()) or {}
+    )
+    # A second list, planted, is found.
+    for top in ("roles", "playbooks"):
+        shutil.copytree(ROOT / top, tmp_path / top)
+    planted = tmp_path / "playbooks" / "tasks" / "reboot_node.yml"
+    planted.write_text(planted.read_text() + "# when: ansible_connection not in ['local']\n")
+    assert connection_list_copies(tmp_path) == ["playbooks/tasks/reboot_node.yml"]
+
+
 # --- one owner per file ---------------------------------------------------------------------------------
 # Modules that write a file on the node: the parameter that names it (aliases first to last) and the file written
 # when the parameter is left out. A file module run is a write unless it makes a directory.
