@@ -15,13 +15,8 @@ import time
 from dataclasses import replace
 
 # The gatherers are called through their module (gather.gather): tests replace hostcheck.gather.gather.
-from hostcheck import SCHEMA_VERSION, config, gather, slurm
+from hostcheck import SCHEMA_VERSION, config, gather
 from hostcheck.argtypes import duration, host_root, positive, seconds
-from hostcheck.check.render.json import render_json
-from hostcheck.check.render.junit import render_junit
-from hostcheck.check.render.prometheus import read_last_success, render_prometheus
-from hostcheck.check.render.summary import render_summary
-from hostcheck.check.render.text import render_list, render_text, terminal_width
 from hostcheck.check.request import Output, Request, build_request
 from hostcheck.checks import load
 from hostcheck.child.launch import kill_all, python_arg, reopen
@@ -250,6 +245,8 @@ def _list(request: Request) -> int:
         ]
         sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "checks": rows}, indent=2) + "\n")
     else:
+        from hostcheck.check.render.text import render_list
+
         sys.stdout.write(render_list(list(request.checks)))
     return EXIT_OK
 
@@ -285,7 +282,10 @@ def check(request: Request, started: float) -> int:
         if request.slurm_drain:
             if overran:
                 reopen()  # scontrol must still run: the verdict stands and Slurm must hear it
-            action = slurm.apply(report, options.config.slurm)
+            # Imported only where Slurm asked: the passive health check runs every few minutes.
+            from hostcheck.slurm import apply
+
+            action = apply(report, options.config.slurm)
             if overran:
                 kill_all()
             print(f"hostcheck: slurm: {action.message}", file=sys.stderr)
@@ -331,23 +331,34 @@ class _Watchdog:
 
 
 def emit(report: Report, output: Output) -> int:
-    """Write the report files and print the report; its exit code, or 2 when a report did not reach its reader."""
+    """Write the report files and print the report; its exit code, or 2 when a report did not reach its reader.
+    Each renderer is imported only when its form is asked for (the passive profile runs every few minutes)."""
     try:
         if output.prometheus:
+            from hostcheck.check.render.prometheus import read_last_success, render_prometheus
+
             # The textfile is rewritten every run: a not-ready run keeps the last ready run's time.
             last = None if report.verdict.ready else read_last_success(output.prometheus)
             write_report(output.prometheus, render_prometheus(report, last))
         if output.junit:
+            from hostcheck.check.render.junit import render_junit
+
             write_report(output.junit, render_junit(report))
     except OSError as exc:
         print(f"hostcheck: error: writing a report file: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         if output.summary:
+            from hostcheck.check.render.summary import render_summary
+
             sys.stdout.write(render_summary(report))
         elif output.json:
+            from hostcheck.check.render.json import render_json
+
             sys.stdout.write(render_json(report))
         else:
+            from hostcheck.check.render.text import render_text, terminal_width
+
             colour = output.color == "always" or (
                 output.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
             )

@@ -114,6 +114,20 @@ def load_pynvml() -> Any:
     return pynvml
 
 
+#: The name nvidia-ml-py's nvmlInit loads on Linux (pynvml._LoadNvmlLibrary: CDLL("libnvidia-ml.so.1")).
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+def library_missing() -> Unavailable | None:
+    """nvmlInit's own first step, taken before nvidia-ml-py is imported: the import declares thousands of ctypes
+    functions (tens of ms, on every passive run), and without the library nvmlInit fails with this same code."""
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return Unavailable(*_NVML_ERRORS[12])
+    return None
+
+
 def _smi_fallback() -> NvmlSnapshot:
     return gather_smi()
 
@@ -126,6 +140,8 @@ def gather_nvml(
 ) -> NvmlSnapshot:
     """Per-GPU data through nvidia-ml-py; without it, through nvidia-smi (``fallback``)."""
     if nvml is None:
+        if loader is load_pynvml and (missing := library_missing()) is not None:
+            return NvmlSnapshot(error=missing)
         try:
             nvml = loader()
         except ImportError:

@@ -788,6 +788,20 @@ def test_a_passive_run_imports_no_other_subcommand(tmp_path):
     # Nor the check modules or gatherers of what the profile never runs: the GPU workload, the dataset reads, the
     # torch probe (hostcheck.checks.MODULES; the gatherers' modules by name).
     assert passive_needless(imported) == []
+    # Only the renderer of the form asked for, and Slurm's module only with --slurm-drain.
+    assert [m for m in imported if m.startswith("hostcheck.check.render.")] == [
+        "hostcheck.check.render.summary"
+    ]
+    assert "hostcheck.slurm" not in imported and "xml.etree.ElementTree" not in imported
+    # Without libnvidia-ml.so.1 (no driver) nvidia-ml-py is never imported: nvmlInit would fail the same way.
+    if nvml_library_missing() is not None:
+        assert "pynvml" not in imported
+
+
+def nvml_library_missing():
+    from hostcheck.gather.nvml import library_missing
+
+    return library_missing()
 
 
 #: The gatherers' modules the passive profile never starts (what it does start: PROFILES["passive"].needs).
