@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.machinery
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -120,7 +122,10 @@ NVML_LIBRARY = "libnvidia-ml.so.1"
 
 def library_missing() -> Unavailable | None:
     """nvmlInit's own first step, taken before nvidia-ml-py is imported: the import declares thousands of ctypes
-    functions (tens of ms, on every passive run), and without the library nvmlInit fails with this same code."""
+    functions (tens of ms, on every passive run), and without the library nvmlInit fails with this same code.
+    Asked only where nvidia-ml-py is installed: without it the nvidia-smi fallback decides, as before."""
+    if "pynvml" not in sys.modules and importlib.machinery.PathFinder.find_spec("pynvml") is None:
+        return None
     try:
         ctypes.CDLL(NVML_LIBRARY)
     except OSError:

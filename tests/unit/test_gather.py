@@ -235,6 +235,12 @@ def test_a_node_without_the_nvml_library_is_told_so_without_importing_nvidia_ml_
     assert snap.error == N.nvml_unavailable(type("E", (Exception,), {"value": 12})())
     assert snap.error.kind == "not_installed" and "libnvidia-ml.so.1 not found" in snap.error.reason
     assert "pynvml" not in sys.modules
+    # Without nvidia-ml-py the question is not asked: the import fails and the nvidia-smi fallback decides.
+    monkeypatch.setattr(N.importlib.machinery.PathFinder, "find_spec", lambda name, *a: None)
+    assert N.library_missing() is None
+    monkeypatch.undo()
+    monkeypatch.setattr(ctypes, "CDLL", absent)
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
     # With the library there, the module is loaded and initialised as before.
     monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: object())
     fake = scenarios.FakeNvml()
