@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib.machinery
 import math
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -116,23 +114,6 @@ def load_pynvml() -> Any:
     return pynvml
 
 
-#: The name nvidia-ml-py's nvmlInit loads on Linux (pynvml._LoadNvmlLibrary: CDLL("libnvidia-ml.so.1")).
-NVML_LIBRARY = "libnvidia-ml.so.1"
-
-
-def library_missing() -> Unavailable | None:
-    """nvmlInit's own first step, taken before nvidia-ml-py is imported: the import declares thousands of ctypes
-    functions (tens of ms, on every passive run), and without the library nvmlInit fails with this same code.
-    Asked only where nvidia-ml-py is installed: without it the nvidia-smi fallback decides, as before."""
-    if "pynvml" not in sys.modules and importlib.machinery.PathFinder.find_spec("pynvml") is None:
-        return None
-    try:
-        ctypes.CDLL(NVML_LIBRARY)
-    except OSError:
-        return Unavailable(*_NVML_ERRORS[12])
-    return None
-
-
 def _smi_fallback() -> NvmlSnapshot:
     return gather_smi()
 
@@ -145,8 +126,6 @@ def gather_nvml(
 ) -> NvmlSnapshot:
     """Per-GPU data through nvidia-ml-py; without it, through nvidia-smi (``fallback``)."""
     if nvml is None:
-        if loader is load_pynvml and (missing := library_missing()) is not None:
-            return NvmlSnapshot(error=missing)
         try:
             nvml = loader()
         except ImportError:

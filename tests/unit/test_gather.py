@@ -218,36 +218,6 @@ def test_gather_nvml_without_pynvml():
     assert not snap.ok and snap.error.kind == "not_installed" and "nvidia-ml-py" in snap.error.reason
 
 
-def test_a_node_without_the_nvml_library_is_told_so_without_importing_nvidia_ml_py(monkeypatch, scenarios):
-    """nvidia-ml-py's nvmlInit loads libnvidia-ml.so.1 by that name and fails with NVML_ERROR_LIBRARY_NOT_FOUND
-    (12) when it cannot (pynvml.py, _LoadNvmlLibrary): the same verdict, without the module's import."""
-    import ctypes
-
-    from hostcheck.gather import nvml as N
-
-    def absent(name, *a, **k):
-        assert name == "libnvidia-ml.so.1"
-        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
-
-    monkeypatch.setattr(ctypes, "CDLL", absent)
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
-    snap = gather_nvml()
-    assert snap.error == N.nvml_unavailable(type("E", (Exception,), {"value": 12})())
-    assert snap.error.kind == "not_installed" and "libnvidia-ml.so.1 not found" in snap.error.reason
-    assert "pynvml" not in sys.modules
-    # Without nvidia-ml-py the question is not asked: the import fails and the nvidia-smi fallback decides.
-    monkeypatch.setattr(N.importlib.machinery.PathFinder, "find_spec", lambda name, *a: None)
-    assert N.library_missing() is None
-    monkeypatch.undo()
-    monkeypatch.setattr(ctypes, "CDLL", absent)
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
-    # With the library there, the module is loaded and initialised as before.
-    monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: object())
-    fake = scenarios.FakeNvml()
-    monkeypatch.setattr(N, "load_pynvml", lambda: fake)
-    assert gather_nvml(loader=N.load_pynvml, proc_name=str).ok
-
-
 def test_gather_nvml_with_real_pynvml_on_this_machine_never_raises():
     pytest.importorskip("pynvml")
     snap = gather_nvml()  # no driver here: a value saying so; on a GPU node: real GPUs

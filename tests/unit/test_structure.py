@@ -793,15 +793,6 @@ def test_a_passive_run_imports_no_other_subcommand(tmp_path):
         "hostcheck.check.render.summary"
     ]
     assert "hostcheck.slurm" not in imported and "xml.etree.ElementTree" not in imported
-    # Without libnvidia-ml.so.1 (no driver) nvidia-ml-py is never imported: nvmlInit would fail the same way.
-    if nvml_library_missing() is not None:
-        assert "pynvml" not in imported
-
-
-def nvml_library_missing():
-    from hostcheck.gather.nvml import library_missing
-
-    return library_missing()
 
 
 #: The gatherers' modules the passive profile never starts (what it does start: PROFILES["passive"].needs).
